@@ -1,0 +1,156 @@
+"""The parallel build driver: keys for every variant, the shared runtime, then compile workers.
+
+Up-to-date variants are found from the index alone (no compiler import), so a no-op build of
+the whole catalog is fast. Missing variants go to worker processes; each worker keeps its
+CuTe-DSL import and warm compiler state across many variants. Every variant is built under
+its key's lock through `CacheStore.get_or_build`, so concurrent builders never compile a key
+twice and a failure leaves nothing behind.
+"""
+from __future__ import annotations
+
+import multiprocessing
+import os
+import time
+import traceback
+from concurrent.futures import ProcessPoolExecutor, as_completed
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+from ..cache import CacheStore, Entry
+from ..sources import source_hash
+from .keys import runtime_key, variant_key
+from .toolchain import current_toolchain_id, toolchain
+
+MODULE_FILE = "module.so"
+
+
+@dataclass
+class VariantResult:
+    """Outcome of one variant: "built", "up to date" or "failed" (with the compiler message)."""
+
+    name: str
+    status: str
+    seconds: float = 0.0
+    key: str = ""
+    error: str = ""
+    coords: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class BuildReport:
+    """What a build did, variant by variant."""
+
+    results: list[VariantResult]
+    seconds: float
+    cache_root: Path
+    runtime_built: bool = False
+
+    def count(self, status: str) -> int:
+        return sum(r.status == status for r in self.results)
+
+    @property
+    def failed(self) -> list[VariantResult]:
+        return [r for r in self.results if r.status == "failed"]
+
+    @property
+    def ok(self) -> bool:
+        return not self.failed
+
+
+def _build_runtime(store: CacheStore, tc: dict[str, Any], tc_id: str) -> tuple[Entry, bool]:
+    from .link import link_runtime, runtime_lib_name
+
+    rkey = runtime_key(tc)
+
+    def build(staging: Path) -> dict[str, Any]:
+        t0 = time.perf_counter()
+        link_runtime(staging, rkey)
+        return dict(kind="runtime", op="runtime", name=f"runtime-{rkey[:12]}", variant={},
+                    arch="host", toolchain_id=tc_id, toolchain=tc, source_hash="",
+                    main_file=runtime_lib_name(rkey), build_time_s=time.perf_counter() - t0)
+
+    return store.get_or_build(rkey, build)
+
+
+def _compile_one(variant: Any, key: str, root: str, runtime_path: str, runtime_key_: str,
+                 src_hash: str, tc: dict[str, Any], tc_id: str) -> VariantResult:
+    """Worker body: compile, link and publish one variant (runs in a worker process)."""
+    store = CacheStore(Path(root))
+    t0 = time.perf_counter()
+
+    def build(staging: Path) -> dict[str, Any]:
+        from .compile import compile_variant
+        from .link import link_module
+
+        obj = staging / "module.o"
+        compile_variant(variant, obj)
+        final_dir = store.layout.entry_dir(key, "kernel")
+        link_module(obj, staging / MODULE_FILE, Path(runtime_path), final_dir)
+        obj.unlink()
+        return dict(kind="kernel", op=variant.op, name=variant.name, variant=variant.canonical(),
+                    arch=variant.arch, toolchain_id=tc_id, toolchain=tc, source_hash=src_hash,
+                    main_file=MODULE_FILE, build_time_s=time.perf_counter() - t0,
+                    extra={"symbol": variant.symbol, "runtime_key": runtime_key_})
+
+    try:
+        _, built = store.get_or_build(key, build)
+    except Exception as exc:  # reported per variant; the others still build
+        msg = "".join(traceback.format_exception_only(type(exc), exc)).strip()
+        return VariantResult(variant.name, "failed", time.perf_counter() - t0, key, msg[-4000:])
+    return VariantResult(variant.name, "built" if built else "up to date", time.perf_counter() - t0, key)
+
+
+def _worker_init() -> None:
+    # Import the compiler once per worker: the first compile in a process pays ~1 s of set-up.
+    import cutlass.cute  # noqa: F401
+
+
+def build_variants(
+    variants: Sequence[Any],
+    store: CacheStore,
+    *,
+    jobs: int | None = None,
+    on_result: Callable[[VariantResult], None] | None = None,
+    on_start: Callable[[int], None] | None = None,
+) -> BuildReport:
+    """Build every variant not already in `store`; report each variant's outcome."""
+    t0 = time.perf_counter()
+    tc = toolchain()
+    tc_id = current_toolchain_id()
+    src = source_hash()
+    keyed = [(v, variant_key(v.canonical(), src, tc)) for v in variants]
+    index = store.index()
+    results: list[VariantResult] = []
+    todo = []
+    for v, key in keyed:
+        if key in index and store.get(key) is not None:
+            results.append(VariantResult(v.name, "up to date", 0.0, key))
+        else:
+            todo.append((v, key))
+    if on_start:
+        on_start(len(todo))
+    for r in results:
+        if on_result:
+            on_result(r)
+    runtime_built = False
+    if todo:
+        rt_entry, runtime_built = _build_runtime(store, tc, tc_id)
+        rt_path = str(store.entry_dir(rt_entry) / rt_entry.main_file)
+        args = (str(store.layout.root), rt_path, rt_entry.key, src, tc, tc_id)
+        jobs = max(1, min(jobs or os.cpu_count() or 1, len(todo)))
+        ctx = multiprocessing.get_context("spawn")
+        with ProcessPoolExecutor(max_workers=jobs, mp_context=ctx, initializer=_worker_init) as pool:
+            futures = {pool.submit(_compile_one, v, key, *args): v for v, key in todo}
+            for fut in as_completed(futures):
+                try:
+                    r = fut.result()
+                except Exception as exc:  # a worker died (e.g. killed): report, keep going
+                    v = futures[fut]
+                    r = VariantResult(v.name, "failed", 0.0, "", f"worker failed: {exc!r}")
+                results.append(r)
+                if on_result:
+                    on_result(r)
+    order = {v.name: i for i, v in enumerate(variants)}
+    results.sort(key=lambda r: order.get(r.name, 0))
+    return BuildReport(results, time.perf_counter() - t0, store.layout.root, runtime_built)

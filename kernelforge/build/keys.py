@@ -1,0 +1,28 @@
+"""Content-addressed cache keys: sha256 of canonical JSON, never pickle."""
+from __future__ import annotations
+
+import hashlib
+import json
+from typing import Any
+
+from ..sources import source_hash  # noqa: F401  (re-exported: part of every key)
+
+
+def canonical_json(obj: Any) -> str:
+    return json.dumps(obj, sort_keys=True, separators=(",", ":"), ensure_ascii=True)
+
+
+def sha256_hex(text: str) -> str:
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def variant_key(canonical_variant: dict[str, Any], src_hash: str, toolchain: dict[str, Any]) -> str:
+    """The cache key of one variant: its coordinates (arch included), sources and toolchain."""
+    return sha256_hex(
+        canonical_json({"variant": canonical_variant, "source": src_hash, "toolchain": toolchain})
+    )
+
+
+def runtime_key(toolchain: dict[str, Any]) -> str:
+    """The key of the shared runtime library: only the link recipe and its inputs matter."""
+    return sha256_hex(canonical_json({"runtime": toolchain["link"], "dsl": toolchain["cutlass_dsl"]}))

@@ -1,0 +1,45 @@
+"""Remove entries (all, stale toolchain, or stale sources) and orphan directories."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from kernelforge.cache.store import Store
+
+
+@dataclass
+class CleanReport:
+    """What `clean` removed."""
+
+    root: Path
+    removed: list[str] = field(default_factory=list)  # keys
+    removed_bytes: int = 0
+    orphans_removed: list[Path] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"root": str(self.root), "removed": self.removed, "removed_bytes": self.removed_bytes,
+                "orphans_removed": [str(p) for p in self.orphans_removed]}
+
+
+def clean(store: Store, *, all: bool = False, keep_toolchain_id: str | None = None,
+          keep_source_hashes: set[str] | None = None, orphans: bool = True) -> CleanReport:
+    """Remove every entry (`all`), or those built by another toolchain or from sources not kept.
+
+    With no criteria only orphans (unindexed entry dirs, abandoned staging dirs) are removed.
+    Entries leave the index before their directories are deleted, so readers never see half an entry.
+    """
+    report = CleanReport(root=store.root)
+    doomed = []
+    for entry in store.iter_entries():
+        if (all
+                or (keep_toolchain_id is not None and entry.toolchain_id != keep_toolchain_id)
+                or (keep_source_hashes is not None and entry.source_hash not in keep_source_hashes)):
+            doomed.append(entry)
+    if doomed:
+        store.remove(e.key for e in doomed)
+        report.removed = [e.key for e in doomed]
+        report.removed_bytes = sum(e.size for e in doomed)
+    if orphans or all:
+        report.orphans_removed = store.delete_orphans(store.orphans())
+    return report

@@ -1,0 +1,333 @@
+"""The cache's one storage interface and its local-filesystem implementation.
+
+Publishing follows Triton's cache: build into a private staging dir, `os.replace` it into place,
+and record the key in index.json LAST. The index is the commit marker, so a crash at any point
+leaves either a complete entry or an orphan directory that `clean` removes, never a half entry.
+Lock order is always key lock, then index lock.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import socket
+import tempfile
+import time
+import warnings
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any, Callable, Iterable, Iterator, Mapping, Protocol
+
+from filelock import FileLock, Timeout
+
+from kernelforge.cache.entry import Entry
+from kernelforge.cache.index import fsync_dir, read_index, read_index_checked, write_index
+from kernelforge.cache.layout import META_NAME, Layout, check_key, check_kind
+from kernelforge.errors import CacheError
+
+BuildFn = Callable[[Path], Mapping[str, Any]]
+
+# A staging dir from another host cannot be checked for a live owner; after this long it is stale.
+FOREIGN_TMP_MAX_AGE_S = 24 * 3600
+_HOST = "".join(c if c.isalnum() else "_" for c in socket.gethostname()) or "host"
+
+
+class Store(Protocol):
+    """What callers (build driver, runtime, CLI) may use; a remote or read-only layer implements the same."""
+
+    root: Path
+
+    def index(self, *, fresh: bool = False) -> dict[str, Entry]: ...
+    def get(self, key: str, *, fresh: bool = False) -> Entry | None: ...
+    def entry_dir(self, entry: Entry) -> Path: ...
+    def iter_entries(self) -> Iterator[Entry]: ...
+    def get_or_build(self, key: str, build: BuildFn) -> tuple[Entry, bool]: ...
+    def remove(self, keys: Iterable[str]) -> int: ...
+    def orphans(self) -> list[Path]: ...
+    def delete_orphans(self, paths: Iterable[Path]) -> list[Path]: ...
+
+
+def sha256_file(path: Path, *, fsync: bool = False) -> tuple[str, int]:
+    """(sha256 hex digest, size in bytes) of a file; optionally fsync it while it is open."""
+    h = hashlib.sha256()
+    size = 0
+    with open(path, "rb") as f:
+        while chunk := f.read(1 << 20):
+            h.update(chunk)
+            size += len(chunk)
+        if fsync:
+            os.fsync(f.fileno())
+    return h.hexdigest(), size
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def tmp_dir_is_stale(path: Path) -> bool:
+    """Whether a staging/trash dir's owner is gone: same host and dead pid, or a foreign dir older than a day."""
+    try:
+        _, rest = path.name.split("-", 1)
+        host, pid_text, _ = rest.rsplit("-", 2)
+        pid = int(pid_text)
+    except ValueError:
+        host, pid = "", -1
+    if host == _HOST and pid > 0:
+        return pid != os.getpid() and not _pid_alive(pid)
+    try:
+        age = time.time() - path.stat().st_mtime
+    except OSError:
+        return False
+    return age > FOREIGN_TMP_MAX_AGE_S
+
+
+class CacheStore:
+    """A cache rooted at a local directory (see layout.py for what goes where)."""
+
+    def __init__(self, root: str | os.PathLike[str]) -> None:
+        self.root = Path(root)
+        self.layout = Layout(self.root)
+        self._memo: tuple[tuple[int, ...], dict[str, Entry]] | None = None
+
+    def __repr__(self) -> str:
+        return f"CacheStore({str(self.root)!r})"
+
+    # ---- reading (never creates anything, so it works on a read-only root) ----
+
+    def _index_signature(self) -> tuple[int, ...] | None:
+        try:
+            st = self.layout.index.stat()
+        except OSError:
+            return None
+        return (st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+
+    def index(self, *, fresh: bool = False) -> dict[str, Entry]:
+        """key -> Entry from index.json; missing/corrupt index -> {} (with a warning), bad entries skipped.
+
+        Parsed indexes are reused while index.json's inode/size/times are unchanged (every write
+        replaces the file), so per-key `get` calls stay cheap; `fresh=True` always re-reads, and is
+        what every decision taken under a lock uses.
+        """
+        signature = self._index_signature()
+        if not fresh and signature is not None and self._memo is not None and self._memo[0] == signature:
+            return dict(self._memo[1])
+        raw, problem = read_index_checked(self.layout.index)
+        if problem:
+            warnings.warn(problem, RuntimeWarning, stacklevel=2)
+        entries: dict[str, Entry] = {}
+        for key, data in raw.items():
+            try:
+                entry = Entry.from_json(data)
+                if entry.key != key:
+                    raise CacheError(f"indexed under {key!r} but names itself {entry.key!r}")
+                self.layout.resolve(entry.path)
+            except (CacheError, TypeError) as exc:
+                warnings.warn(f"kernelforge cache: skipping malformed index entry {key!r}: {exc}",
+                              RuntimeWarning, stacklevel=2)
+                continue
+            entries[key] = entry
+        # The signature was taken before the read: if the file changed in between, the next call re-reads.
+        if problem is None and signature is not None:
+            self._memo = (signature, entries)
+        return dict(entries)
+
+    def get(self, key: str, *, fresh: bool = False) -> Entry | None:
+        """The entry for `key` if it is in the index and its directory exists, else None."""
+        entry = self.index(fresh=fresh).get(key)
+        if entry is None or not self.entry_dir(entry).is_dir():
+            return None
+        return entry
+
+    def entry_dir(self, entry: Entry) -> Path:
+        """Absolute directory of an entry."""
+        return self.layout.resolve(entry.path)
+
+    def iter_entries(self) -> Iterator[Entry]:
+        """Indexed entries, sorted by kind, op, name, arch, key."""
+        yield from sorted(self.index().values(), key=lambda e: (e.kind, e.op, e.name, e.arch, e.key))
+
+    def orphans(self) -> list[Path]:
+        """Entry directories absent from the index, and staging/trash dirs whose owner is gone."""
+        indexed = {self.entry_dir(e) for e in self.index(fresh=True).values()}
+        found = [d for d in self.layout.artifact_dirs() if d not in indexed]
+        if self.layout.tmp.is_dir():
+            found.extend(p for p in sorted(self.layout.tmp.iterdir()) if p.is_dir() and tmp_dir_is_stale(p))
+        return found
+
+    # ---- locking and staging ----
+
+    def lock(self, key: str) -> FileLock:
+        """The cross-process lock of one key (reentrant within a thread: one instance per path)."""
+        path = self.layout.key_lock(key)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        return FileLock(str(path), is_singleton=True)
+
+    def _index_lock(self) -> FileLock:
+        self.layout.locks.mkdir(parents=True, exist_ok=True)
+        return FileLock(str(self.layout.index_lock), is_singleton=True)
+
+    def staging_dir(self) -> Path:
+        """A fresh private directory under tmp/ (same filesystem as the artifacts, so os.replace is atomic)."""
+        self.layout.tmp.mkdir(parents=True, exist_ok=True)
+        return Path(tempfile.mkdtemp(prefix=f"stage-{_HOST}-{os.getpid()}-", dir=self.layout.tmp))
+
+    def _discard(self, path: Path) -> None:
+        # Rename first so a reader never sees a half-deleted entry; the rmtree may then take its time.
+        self.layout.tmp.mkdir(parents=True, exist_ok=True)
+        trash = Path(tempfile.mkdtemp(prefix=f"trash-{_HOST}-{os.getpid()}-", dir=self.layout.tmp))
+        try:
+            os.replace(path, trash / "x")
+        except OSError:
+            shutil.rmtree(path, ignore_errors=True)
+        shutil.rmtree(trash, ignore_errors=True)
+
+    # ---- writing ----
+
+    def _hash_files(self, staging: Path) -> dict[str, dict[str, Any]]:
+        files: dict[str, dict[str, Any]] = {}
+        for dirpath, dirnames, filenames in os.walk(staging):
+            for name in dirnames + filenames:
+                if (Path(dirpath) / name).is_symlink():
+                    raise CacheError(f"{Path(dirpath) / name}: symlinks cannot be published into the cache")
+            for name in filenames:
+                path = Path(dirpath) / name
+                rel = path.relative_to(staging).as_posix()
+                if rel == META_NAME:
+                    raise CacheError(f"{path}: {META_NAME} is reserved for the cache's own metadata")
+                digest, size = sha256_file(path, fsync=True)
+                files[rel] = {"sha256": digest, "size": size}
+        return dict(sorted(files.items()))
+
+    def publish(self, key: str, staging: Path, *, kind: str, op: str, name: str, variant: dict[str, Any],
+                arch: str, toolchain_id: str, toolchain: dict[str, Any], source_hash: str, main_file: str,
+                build_time_s: float, extra: dict[str, Any] | None = None) -> Entry:
+        """Publish a filled staging dir as entry `key` (consumes `staging` if it lies under tmp/).
+
+        If `key` is already a valid entry, the staging dir is discarded and the existing entry returned.
+        """
+        check_key(key)
+        check_kind(kind)
+        staging = Path(staging)
+        if not staging.is_dir():
+            raise CacheError(f"staging directory {staging} does not exist")
+        if staging.resolve().parent != self.layout.tmp.resolve():
+            # Outside tmp/ the rename might cross filesystems; copy into a private staging dir instead.
+            own = self.staging_dir()
+            shutil.copytree(staging, own, dirs_exist_ok=True)
+            staging = own
+        files = self._hash_files(staging)
+        if main_file not in files:
+            shutil.rmtree(staging, ignore_errors=True)
+            raise CacheError(f"build of {name!r} produced no {main_file!r} (files: {', '.join(files) or 'none'})")
+        entry = Entry(
+            key=key, kind=kind, op=op, name=name, variant=dict(variant), arch=arch,
+            toolchain_id=toolchain_id, toolchain=dict(toolchain), source_hash=source_hash, files=files,
+            main_file=main_file, build_time_s=float(build_time_s),
+            created=datetime.now(timezone.utc).isoformat(timespec="seconds"),
+            path=self.layout.entry_rel(key, kind), extra=dict(extra or {}),
+        )
+        with open(staging / META_NAME, "w", encoding="utf-8") as f:
+            json.dump(entry.to_json(), f, indent=1, sort_keys=True)
+            f.flush()
+            os.fsync(f.fileno())
+        fsync_dir(staging)
+
+        with self.lock(key):
+            existing = self.get(key, fresh=True)
+            if existing is not None:
+                shutil.rmtree(staging, ignore_errors=True)
+                return existing
+            final = self.layout.entry_dir(key, kind)
+            if final.exists():
+                self._discard(final)  # an orphan of an earlier crash
+            final.parent.mkdir(parents=True, exist_ok=True)
+            os.replace(staging, final)
+            fsync_dir(final.parent)
+            with self._index_lock():
+                raw = read_index(self.layout.index)
+                raw[key] = entry.to_json()
+                write_index(self.layout.index, raw)
+        return entry
+
+    def get_or_build(self, key: str, build: BuildFn) -> tuple[Entry, bool]:
+        """Return (entry, built): the cached entry, or build it once under the key's lock and publish it.
+
+        `build(staging_dir)` fills the dir and returns publish's keyword arguments (kind, op, name, ...).
+        If it raises, the staging dir is removed and the exception propagates; the cache is unchanged.
+        """
+        entry = self.get(key)
+        if entry is not None:
+            return entry, False
+        with self.lock(key):
+            entry = self.get(key, fresh=True)  # another process may have built it while we waited
+            if entry is not None:
+                return entry, False
+            staging = self.staging_dir()
+            try:
+                meta = build(staging)
+                if not isinstance(meta, Mapping):
+                    raise CacheError(f"build for key {key} returned {type(meta).__name__}, "
+                                     "expected a mapping of publish() arguments")
+                entry = self.publish(key, staging, **meta)
+            except BaseException:
+                shutil.rmtree(staging, ignore_errors=True)
+                raise
+        return entry, True
+
+    def remove(self, keys: Iterable[str]) -> int:
+        """Remove entries: drop them from the index first, then delete their directories. Returns the count."""
+        wanted = set(keys)
+        if not wanted:
+            return 0
+        with self._index_lock():
+            raw = read_index(self.layout.index)
+            removed = {k: raw.pop(k) for k in sorted(wanted) if k in raw}
+            if removed:
+                write_index(self.layout.index, raw)
+        for key, data in removed.items():
+            try:
+                path = self.layout.resolve(data["path"])
+            except (CacheError, KeyError, TypeError):
+                continue
+            with self.lock(key):
+                if key in read_index(self.layout.index):
+                    continue  # rebuilt and republished since we dropped it
+                if path.exists():
+                    self._discard(path)
+        return len(removed)
+
+    def delete_orphans(self, paths: Iterable[Path]) -> list[Path]:
+        """Delete the given orphan dirs, skipping any that stopped being orphans (e.g. a publish in flight)."""
+        deleted: list[Path] = []
+        for path in paths:
+            path = Path(path)
+            if path.parent == self.layout.tmp:
+                if path.is_dir() and tmp_dir_is_stale(path):
+                    shutil.rmtree(path, ignore_errors=True)
+                    deleted.append(path)
+                continue
+            try:
+                lock = self.lock(check_key(path.name))
+            except CacheError:
+                lock = None  # not a key-shaped name: nobody can be publishing it
+            try:
+                if lock is not None:
+                    lock.acquire(blocking=False)
+            except Timeout:
+                continue  # its key is being built or published right now
+            try:
+                indexed = {self.entry_dir(e) for e in self.index(fresh=True).values()}
+                if path.is_dir() and path not in indexed:
+                    self._discard(path)
+                    deleted.append(path)
+            finally:
+                if lock is not None:
+                    lock.release()
+        return deleted

@@ -1,0 +1,163 @@
+"""`kernelforge cache ...`: list, summarise, verify and clean the artifact cache."""
+from __future__ import annotations
+
+import json
+import os
+import sys
+from enum import Enum
+from pathlib import Path
+from typing import Optional
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from kernelforge.cache import CacheStore, clean, stats, verify
+from kernelforge.config import resolve_cache_root
+
+app = typer.Typer(help="Inspect and manage the artifact cache (ls, stats, verify, clean).", no_args_is_help=True)
+
+CacheOpt = typer.Option(None, "--cache", help="Cache root (default: $KERNELFORGE_CACHE_DIR, the checkout's cache/, "
+                                             "or ~/.cache/kernelforge).")
+
+
+class Fmt(str, Enum):
+    table = "table"
+    json = "json"
+
+
+FormatOpt = typer.Option(Fmt.table, "--format", help="Output format.")
+
+
+def _out() -> Console:
+    # Piped output (grep, CI logs) should keep whole rows rather than squeeze them into 80 columns.
+    width = None if sys.stdout.isatty() else int(os.environ.get("COLUMNS") or 200)
+    return Console(highlight=False, width=width)
+
+
+def _err() -> Console:
+    return Console(stderr=True, highlight=False)
+
+
+def _open(cache: Optional[Path]) -> tuple[CacheStore, str]:
+    root, source = resolve_cache_root(cache)
+    return CacheStore(root), source
+
+
+def _say_root(console: Console, store: CacheStore, source: str) -> None:
+    console.print(f"cache: {store.root} (from {source})", markup=False, soft_wrap=True)
+
+
+def human_bytes(n: int) -> str:
+    """1536 -> '1.5 KiB'."""
+    size = float(n)
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if size < 1024 or unit == "GiB":
+            return f"{int(size)} {unit}" if unit == "B" else f"{size:.1f} {unit}"
+        size /= 1024
+    return f"{n} B"
+
+
+@app.command("ls")
+def ls_cmd(cache: Optional[Path] = CacheOpt, fmt: Fmt = FormatOpt) -> None:
+    """List the cached entries."""
+    store, source = _open(cache)
+    entries = list(store.iter_entries())
+    if fmt is Fmt.json:
+        print(json.dumps({"root": str(store.root), "root_source": source,
+                          "entries": [e.to_json() for e in entries]}, indent=1))
+        return
+    console = _out()
+    _say_root(console, store, source)
+    table = Table(show_edge=False)
+    for col in ("name", "arch", "kind", "size", "sha256", "toolchain", "built"):
+        table.add_column(col, justify="right" if col == "size" else "left", no_wrap=col != "name",
+                         min_width=12 if col == "name" else None)
+    for e in entries:
+        built = e.created.replace("T", " ")[:16]
+        table.add_row(e.name, e.arch, e.kind, human_bytes(e.size), e.sha256[:12], e.toolchain_id[:12], built)
+    console.print(table)
+    console.print(f"{len(entries)} entries", markup=False)
+
+
+@app.command("stats")
+def stats_cmd(cache: Optional[Path] = CacheOpt, fmt: Fmt = FormatOpt) -> None:
+    """Summarise the cache: totals, then entries and bytes per kind/op/arch and per toolchain."""
+    store, source = _open(cache)
+    report = stats(store)
+    if fmt is Fmt.json:
+        print(json.dumps({**report.to_dict(), "root_source": source}, indent=1))
+        return
+    console = _out()
+    summary = Table(show_header=False, show_edge=False, box=None)
+    summary.add_column(style="bold")
+    summary.add_column()
+    summary.add_row("Cache root", f"{report.root} (from {source})")
+    summary.add_row("Schema", f"v{report.schema}")
+    summary.add_row("Entries", str(report.entries))
+    summary.add_row("Total size", human_bytes(report.bytes))
+    summary.add_row("Orphans", str(report.orphans))
+    console.print(summary)
+    if report.by_kind_op_arch:
+        groups = Table(show_edge=False)
+        for col in ("kind", "op", "arch", "entries", "size"):
+            groups.add_column(col, justify="right" if col in ("entries", "size") else "left")
+        for (kind, op, arch), g in sorted(report.by_kind_op_arch.items()):
+            groups.add_row(kind, op, arch, str(g.entries), human_bytes(g.bytes))
+        console.print(groups)
+        tools = Table(show_edge=False)
+        for col in ("toolchain", "entries", "size"):
+            tools.add_column(col, justify="left" if col == "toolchain" else "right")
+        for tid, g in sorted(report.by_toolchain.items()):
+            tools.add_row(tid, str(g.entries), human_bytes(g.bytes))
+        console.print(tools)
+
+
+@app.command("verify")
+def verify_cmd(cache: Optional[Path] = CacheOpt) -> None:
+    """Re-hash every cached file; exit 1 if any entry is damaged."""
+    store, source = _open(cache)
+    console = _out()
+    _say_root(console, store, source)
+    report = verify(store)
+    for problem in report.problems:
+        console.print(f"PROBLEM: {problem}", markup=False)
+    for orphan in report.orphans:
+        console.print(f"orphan (not an entry; `kernelforge cache clean` removes it): {orphan}", markup=False)
+    if not report.ok:
+        console.print(f"FAILED: {len(report.problems)} problem(s) in {report.entries} entries; "
+                      "`kernelforge cache clean --all` and a rebuild fix them", markup=False)
+        raise typer.Exit(1)
+    console.print(f"OK: {report.entries} entries verified ({report.files} files)", markup=False)
+
+
+def _current_toolchain_id() -> str | None:
+    try:
+        from kernelforge.build.toolchain import current_toolchain_id
+
+        return current_toolchain_id()
+    except ImportError as exc:
+        _err().print(f"error: --stale needs the current toolchain id, which is unavailable ({exc}); "
+                     "install the build extra: pip install 'kernelforge[build]'", markup=False)
+        return None
+
+
+@app.command("clean")
+def clean_cmd(
+    cache: Optional[Path] = CacheOpt,
+    all_: bool = typer.Option(False, "--all", help="Remove every entry."),
+    stale: bool = typer.Option(False, "--stale", help="Remove entries built by a toolchain other than the current."),
+) -> None:
+    """Remove orphans (always), and every entry (--all) or entries of other toolchains (--stale)."""
+    store, source = _open(cache)
+    console = _out()
+    _say_root(console, store, source)
+    keep_toolchain_id = None
+    if stale and not all_:
+        keep_toolchain_id = _current_toolchain_id()
+        if keep_toolchain_id is None:
+            raise typer.Exit(2)
+        console.print(f"current toolchain: {keep_toolchain_id}", markup=False)
+    report = clean(store, all=all_, keep_toolchain_id=keep_toolchain_id)
+    console.print(f"removed {len(report.removed)} entries ({human_bytes(report.removed_bytes)}) "
+                  f"and {len(report.orphans_removed)} orphan dirs", markup=False)

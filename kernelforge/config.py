@@ -1,0 +1,76 @@
+"""Settings with one precedence (CLI > environment > checkout > per-user) and where each came from."""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+CACHE_ENV = "KERNELFORGE_CACHE_DIR"
+SPEC_ENV = "KERNELFORGE_SPEC_DIR"
+
+
+def checkout_root() -> Path | None:
+    """The source checkout holding this package (its pyproject.toml sits beside the package), else None."""
+    root = Path(__file__).resolve().parent.parent
+    return root if (root / "pyproject.toml").is_file() else None
+
+
+def user_cache_dir() -> Path:
+    """$XDG_CACHE_HOME/kernelforge, or ~/.cache/kernelforge."""
+    xdg = os.environ.get("XDG_CACHE_HOME", "")
+    base = Path(xdg) if xdg and Path(xdg).is_absolute() else Path.home() / ".cache"
+    return base / "kernelforge"
+
+
+def _path(value: str | os.PathLike[str]) -> Path:
+    return Path(value).expanduser().resolve()
+
+
+def resolve_cache_root(cli_value: str | os.PathLike[str] | None = None) -> tuple[Path, str]:
+    """(cache root, source) where source is "--cache", "$KERNELFORGE_CACHE_DIR", "checkout" or "user"."""
+    if cli_value is not None and str(cli_value) != "":
+        return _path(cli_value), "--cache"
+    env = os.environ.get(CACHE_ENV, "")
+    if env:
+        return _path(env), f"${CACHE_ENV}"
+    checkout = checkout_root()
+    if checkout is not None and (checkout / "cache").is_dir():
+        return checkout / "cache", "checkout"
+    return user_cache_dir(), "user"
+
+
+def _tomls(directory: Path) -> list[Path]:
+    return sorted(p for p in directory.glob("*.toml") if p.is_file())
+
+
+def resolve_spec_paths(cli_values: list[str | os.PathLike[str]] | None = None) -> list[Path]:
+    """Spec files: the CLI's (files, or directories of *.toml), else $KERNELFORGE_SPEC_DIR/*.toml,
+    else the checkout's specs/*.toml; raise ValueError naming what was searched when none is found."""
+    if cli_values:
+        paths: list[Path] = []
+        for value in cli_values:
+            path = _path(value)
+            if path.is_dir():
+                found = _tomls(path)
+                if not found:
+                    raise ValueError(f"spec directory {path} (from --spec) holds no *.toml files")
+                paths.extend(found)
+            elif path.is_file():
+                paths.append(path)
+            else:
+                raise ValueError(f"spec file {path} (from --spec) does not exist")
+        return paths
+    env = os.environ.get(SPEC_ENV, "")
+    if env:
+        found = _tomls(_path(env))
+        if not found:
+            raise ValueError(f"${SPEC_ENV}={env} holds no *.toml spec files")
+        return found
+    checkout = checkout_root()
+    if checkout is not None:
+        found = _tomls(checkout / "specs")
+        if found:
+            return found
+    raise ValueError(
+        "no spec files found: pass --spec FILE (or a directory), set "
+        f"${SPEC_ENV} to a directory of *.toml files, or run from a source checkout with specs/*.toml"
+    )

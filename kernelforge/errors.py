@@ -1,0 +1,26 @@
+"""Exceptions a user can cause, each naming what was wrong and how to fix it."""
+from __future__ import annotations
+
+
+class KernelforgeError(Exception):
+    """Base class of kernelforge's own errors."""
+
+
+class SpecError(KernelforgeError, ValueError):
+    """A spec file is invalid; the message names the file, the table/key and the value."""
+
+
+class BuildError(KernelforgeError):
+    """A variant failed to compile or link."""
+
+
+class CacheError(KernelforgeError):
+    """The cache is unusable (corrupt artifact, unreadable index, ...)."""
+
+
+class CorruptArtifact(CacheError):
+    """An artifact's bytes do not match the sha256 recorded when it was built."""
+
+
+class KernelNotBuilt(KernelforgeError, LookupError):
+    """No cached artifact for a variant on this device; the message holds the build command."""

@@ -1,0 +1,121 @@
+"""The dispatch table: (op, coordinates, K-class, device arch) -> loaded TVM-FFI function.
+
+Built once per cache root from the index (one JSON read, no directory scan). Only entries built
+from the kernel sources this package ships are eligible, so an edited kernel is never served
+by a stale artifact. Resolved functions are memoized in a plain dict: after the first call of a
+variant a lookup is one dict access.
+"""
+from __future__ import annotations
+
+import math
+import threading
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable
+
+from ..cache import load_index_for_runtime
+from ..errors import KernelNotBuilt
+from ..sources import source_hash
+from ..spec.schema import OP_SCHEMAS
+from .arch import arch_runs_on
+from .loader import load_function
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """One cached kernel usable for a dispatch key on some arch."""
+
+    entry: dict[str, Any]
+    arch: str
+    kclass: str
+    k_multiple_blocks: int
+    vector_bytes: int
+
+    def accepts(self, k_blocks: int, ptr_align: int, stride_bytes: int) -> bool:
+        if k_blocks % self.k_multiple_blocks:
+            return False
+        v = self.vector_bytes
+        return v == 0 or (ptr_align % v == 0 and stride_bytes % v == 0)
+
+
+class DispatchTable:
+    """Index-backed lookup of cached kernels for one cache root."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = Path(root)
+        self._lock = threading.Lock()
+        self._by_coords: dict[tuple, list[Candidate]] | None = None
+        self._runtimes: dict[str, dict[str, Any]] = {}
+        self._stale: dict[tuple, int] = {}
+        self._kmod = 1
+
+    @property
+    def kmod(self) -> int:
+        """lcm of every cached K-class's k_multiple_blocks (K-class choice depends on K mod this)."""
+        self._load()
+        return self._kmod
+
+    def _load(self) -> dict[tuple, list[Candidate]]:
+        if self._by_coords is not None:
+            return self._by_coords
+        with self._lock:
+            if self._by_coords is None:
+                src = source_hash()
+                by: dict[tuple, list[Candidate]] = {}
+                for entry in load_index_for_runtime(self.root).values():
+                    if entry.get("kind") == "runtime":
+                        self._runtimes[entry["key"]] = entry
+                        continue
+                    v = entry.get("variant") or {}
+                    axes, kc = v.get("axes") or {}, v.get("kclass") or {}
+                    coords = _coords_key(v.get("op", entry.get("op")), axes)
+                    if entry.get("source_hash") != src:
+                        self._stale[coords] = self._stale.get(coords, 0) + 1
+                        continue
+                    by.setdefault(coords, []).append(Candidate(
+                        entry, axes.get("arch", entry.get("arch", "")), kc.get("name", ""),
+                        int(kc.get("k_multiple_blocks", 1)), int(kc.get("vector_bytes", 0))))
+                for cands in by.values():
+                    for c in cands:
+                        self._kmod = math.lcm(self._kmod, c.k_multiple_blocks)
+                    # Most specialized K-class first; newest build first among equals.
+                    cands.sort(key=lambda c: (c.vector_bytes, c.k_multiple_blocks, c.entry.get("created", "")),
+                               reverse=True)
+                self._by_coords = by
+        return self._by_coords
+
+    def candidates(self, op: str, coords: dict[str, Any], capability: tuple[int, int]) -> list[Candidate]:
+        """Cached kernels for op/coords (no arch, no kclass) that run on `capability`, best first."""
+        cands = self._load().get(_coords_key(op, coords), [])
+        usable = [c for c in cands if arch_runs_on(c.arch, capability)]
+        usable.sort(key=lambda c: (c.vector_bytes, c.k_multiple_blocks, arch_runs_on(c.arch, capability)),
+                    reverse=True)
+        return usable
+
+    def resolve(self, op: str, coords: dict[str, Any], capability: tuple[int, int],
+                k_blocks: int, ptr_align: int, stride_bytes: int) -> tuple[Callable, Candidate]:
+        """The loaded function of the most specialized cached K-class that accepts the input."""
+        for c in self.candidates(op, coords, capability):
+            if c.accepts(k_blocks, ptr_align, stride_bytes):
+                runtime = self._runtimes.get(c.entry.get("extra", {}).get("runtime_key", ""))
+                return load_function(c.entry, runtime), c
+        raise self.not_built(op, coords, capability)
+
+    def not_built(self, op: str, coords: dict[str, Any], capability: tuple[int, int]) -> KernelNotBuilt:
+        arch = f"sm_{capability[0]}{capability[1]}a"
+        desc = ".".join(str(coords[k]) for k in sorted(coords))
+        stale = self._stale.get(_coords_key(op, coords), 0)
+        why = (f" ({stale} cached build(s) of it come from other kernel sources: rebuild)" if stale else "")
+        return KernelNotBuilt(
+            f"no cached kernel for {op} [{desc}] on a device of capability {capability[0]}.{capability[1]} "
+            f"(arch {arch}) in cache {self.root}{why}. Build it with:\n"
+            f"    kernelforge build --cache {self.root} --arch {arch} --only '{op}.*'"
+        )
+
+
+def _coords_key(op: str, axes: dict[str, Any]) -> tuple:
+    # Arch, the K-class and tuning axes are chosen at run time; the other dispatch axes must match.
+    schema = OP_SCHEMAS.get(op)
+    if schema is None:
+        return (op,)
+    return (op,) + tuple((a, axes.get(a)) for a in schema.dispatch_axes if a not in ("arch", schema.kclass_axis))

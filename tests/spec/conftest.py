@@ -1,0 +1,36 @@
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+DEFAULT_SPEC = Path(__file__).resolve().parents[2] / "specs" / "quantize.toml"
+
+
+@pytest.fixture(scope="session")
+def default_spec() -> Path:
+    return DEFAULT_SPEC
+
+
+@pytest.fixture(scope="session")
+def variants():
+    from kernelforge.spec import load_specs
+
+    return load_specs([DEFAULT_SPEC])
+
+
+@pytest.fixture
+def default_text() -> str:
+    return DEFAULT_SPEC.read_text()
+
+
+@pytest.fixture
+def write_spec(tmp_path: Path):
+    """Write TOML text to tmp_path/<name> and return the path."""
+
+    def write(text: str, name: str = "bad.toml") -> Path:
+        p = tmp_path / name
+        p.write_text(text)
+        return p
+
+    return write
