@@ -17,14 +17,15 @@ import time
 import warnings
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, Callable, Iterable, Iterator, Mapping, Protocol
-
-from filelock import FileLock, Timeout
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator, Mapping, Protocol
 
 from kernelforge.cache.entry import Entry
 from kernelforge.cache.index import fsync_dir, read_index, read_index_checked, write_index
 from kernelforge.cache.layout import META_NAME, Layout, check_key, check_kind
 from kernelforge.errors import CacheError
+
+if TYPE_CHECKING:
+    from filelock import FileLock
 
 BuildFn = Callable[[Path], Mapping[str, Any]]
 
@@ -165,11 +166,15 @@ class CacheStore:
 
     def lock(self, key: str) -> FileLock:
         """The cross-process lock of one key (reentrant within a thread: one instance per path)."""
+        from filelock import FileLock  # only writers pay for it; the runtime's read path never locks
+
         path = self.layout.key_lock(key)
         path.parent.mkdir(parents=True, exist_ok=True)
         return FileLock(str(path), is_singleton=True)
 
     def _index_lock(self) -> FileLock:
+        from filelock import FileLock
+
         self.layout.locks.mkdir(parents=True, exist_ok=True)
         return FileLock(str(self.layout.index_lock), is_singleton=True)
 
@@ -305,6 +310,8 @@ class CacheStore:
 
     def delete_orphans(self, paths: Iterable[Path]) -> list[Path]:
         """Delete the given orphan dirs, skipping any that stopped being orphans (e.g. a publish in flight)."""
+        from filelock import Timeout
+
         deleted: list[Path] = []
         for path in paths:
             path = Path(path)

@@ -5,8 +5,8 @@ rounding is explicit, and no float8 cast of torch is trusted for a result: encod
 fp32 bit patterns and round with `torch.round` (round half to even).
 
 Choices where NUMERICS.md leaves freedom (documented once, here):
-* NaN encodes to the canonical E4M3 NaN 0x7F whatever its sign bit (PTX cvt.satfinite does
-  the same); +-Inf saturates to +-448. E2M1 has no NaN: NaN encodes to 0x7, +-Inf to +-6.
+* NaN encodes to E4M3 0x7F whatever its sign bit (the canonical NaN
+  of PTX cvt); +-Inf saturates to +-448. E2M1 has no NaN: NaN encodes to 0x7, +-Inf to +-6.
 * Elements of a block holding NaN/Inf are unspecified by the contract; here they are made
   deterministic by scaling the block with NaN, so every element byte is the NaN code
   (0x7F for MXFP8, nibble 0x7 for MXFP4/NVFP4).
@@ -36,10 +36,10 @@ def _f32(value: float, device: torch.device) -> torch.Tensor:
     return torch.tensor(value, dtype=torch.float32, device=device)
 
 
-def _exp_field(v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """(sign bit, biased exponent, mantissa) of an fp32 tensor, as int32 tensors."""
+def _exp_field(v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """(biased exponent, mantissa) of an fp32 tensor, as int32 tensors."""
     bits = v.contiguous().view(torch.int32)
-    return (bits >> 31) & 1, (bits >> 23) & 0xFF, bits & 0x7FFFFF
+    return (bits >> 23) & 0xFF, bits & 0x7FFFFF
 
 
 def exp2_fp32(e: torch.Tensor) -> torch.Tensor:
@@ -52,9 +52,9 @@ def exp2_fp32(e: torch.Tensor) -> torch.Tensor:
 
 def _floor_log2(a: torch.Tensor) -> torch.Tensor:
     """floor(log2(a)) for finite fp32 a > 0, exactly from the bits (subnormals too)."""
-    _, exp, man = _exp_field(a)
+    exp, man = _exp_field(a)
     # A subnormal's mantissa (< 2^23) converts to fp32 exactly; its exponent is its bit length.
-    sub = _exp_field(man.to(torch.float32))[1] - 127 - 149
+    sub = _exp_field(man.to(torch.float32))[0] - 127 - 149
     return torch.where(exp > 0, exp - 127, sub)
 
 
@@ -139,7 +139,7 @@ def ue8m0_scale(amax: torch.Tensor, fmt: Format | str, mode: str) -> torch.Tenso
         s = torch.where(pos, e.clamp(-127, 127) + 127, torch.zeros_like(e))
     elif mode == "rceil":
         t = a * _f32(1.0 / fmt.maxv, a.device)  # one correctly rounded fp32 product
-        _, exp, man = _exp_field(t)
+        exp, man = _exp_field(t)
         s = torch.where(exp > 0, exp + (man != 0).to(torch.int32),
                         (man > (1 << 22)).to(torch.int32))  # subnormal: up only above 2^-127
         s = s.clamp(max=254)

@@ -1,0 +1,181 @@
+"""Quantize benchmark on a GPU: kernel time, GB/s, % of measured copy bandwidth, torch.compile
+of the reference, cold start and host overhead. Prints a markdown table; --json writes all numbers.
+
+Run from a checkout on a GPU machine with the cache built: `python benchmarks/bench_quantize.py`.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+import kernelforge  # noqa: E402
+from kernelforge.formats import FORMATS  # noqa: E402
+from kernelforge.ops.reference import quantize_ref  # noqa: E402
+
+SHAPES = [(1024, 4096), (4096, 7168), (8192, 7168), (16384, 8192)]
+CASES = [("mxfp8", "floor"), ("mxfp4", "floor"), ("nvfp4", "none")]
+L2_BYTES = 50 * 2**20
+
+
+def bench_us(fn, *, iters: int = 50, warmup: int = 5) -> float:
+    """Median GPU time of fn() in microseconds, CUDA events around each call."""
+    for _ in range(warmup):
+        fn()
+    torch.cuda.synchronize()
+    times = []
+    for _ in range(iters):
+        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        a.record()
+        fn()
+        b.record()
+        b.synchronize()
+        times.append(a.elapsed_time(b) * 1000)
+    times.sort()
+    return times[len(times) // 2]
+
+
+def copy_bandwidth() -> float:
+    """Device-to-device copy bandwidth in GB/s (bytes read + written) on a 2 GiB buffer."""
+    src = torch.empty(2**30, dtype=torch.uint8, device="cuda").random_()
+    dst = torch.empty_like(src)
+    us = bench_us(lambda: dst.copy_(src), iters=20)
+    return 2 * src.numel() / us / 1e3
+
+
+def rotating_inputs(m: int, k: int) -> list[torch.Tensor]:
+    n = max(2, (4 * L2_BYTES) // (m * k * 2) + 1)
+    return [torch.randn(m, k, device="cuda", dtype=torch.bfloat16) for _ in range(min(n, 16))]
+
+
+def kwargs(mode: str, layout: str) -> dict:
+    return {"layout": layout, **({"scale_mode": mode} if mode != "none" else {})}
+
+
+def case_bytes(fmt: str, m: int, k: int, layout: str) -> int:
+    f = FORMATS[fmt]
+    kb = k // f.block
+    s = m * kb if layout == "linear" else -(-m // 128) * 128 * (-(-kb // 4) * 4)
+    return m * k * 2 + m * k * f.element_bits // 8 + s
+
+
+def kernel_rows(copy_gbs: float, compile_ref: bool) -> list[dict]:
+    rows = []
+    for m, k in SHAPES:
+        xs = rotating_inputs(m, k)
+        for fmt, mode in CASES:
+            for layout in ("linear", "swizzled"):
+                kw = kwargs(mode, layout)
+                it = iter(range(10**9))
+                out = kernelforge.quantize(xs[0], fmt, **kw)
+                us = bench_us(lambda: kernelforge.quantize(xs[next(it) % len(xs)], fmt, out=out, **kw))
+                nbytes = case_bytes(fmt, m, k, layout)
+                row = {"format": fmt, "mode": mode, "layout": layout, "M": m, "K": k, "us": us,
+                       "GBps": nbytes / us / 1e3, "pct_copy": 100 * nbytes / us / 1e3 / copy_gbs}
+                if compile_ref:
+                    try:
+                        ref = torch.compile(lambda x: quantize_ref(x, fmt, layout=layout,
+                                                                   scale_mode=mode if mode != "none" else "floor"))
+                        ref(xs[0])
+                        it2 = iter(range(10**9))
+                        row["ref_compiled_us"] = bench_us(lambda: ref(xs[next(it2) % len(xs)]), iters=10, warmup=2)
+                    except Exception as exc:  # report, do not hide
+                        row["ref_compiled_us"] = None
+                        row["ref_compiled_error"] = f"{type(exc).__name__}: {str(exc)[:200]}"
+                rows.append(row)
+                print(f"{fmt:6} {layout:8} {m:6}x{k:<5} {us:8.1f} us {row['GBps']:7.0f} GB/s {row['pct_copy']:5.1f}%"
+                      + (f"  compiled ref {row['ref_compiled_us']:.1f} us" if row.get("ref_compiled_us") else ""),
+                      flush=True)
+        del xs
+    return rows
+
+
+COLD = r"""
+import time, torch
+x = torch.randn(4096, 4096, device="cuda", dtype=torch.bfloat16); torch.cuda.synchronize()
+t0 = time.perf_counter()
+import kernelforge
+t1 = time.perf_counter()
+kernelforge.quantize(x, "{fmt}", layout="swizzled"); torch.cuda.synchronize()
+t2 = time.perf_counter()
+kernelforge.quantize(x, "{fmt}", layout="swizzled"); torch.cuda.synchronize()
+t3 = time.perf_counter()
+print((t1 - t0) * 1e3, (t2 - t1) * 1e3, (t3 - t2) * 1e3)
+"""
+
+
+def cold_start() -> list[dict]:
+    rows = []
+    index = json.loads((Path(kernelforge.set_cache_root(None)) / "v1" / "index.json").read_text())["entries"]
+    for fmt in FORMATS:
+        outs = [subprocess.run([sys.executable, "-c", COLD.replace("{fmt}", fmt)], capture_output=True,
+                               text=True, env=os.environ).stdout.split() for _ in range(3)]
+        vals = sorted((float(o[1]), float(o[0]), float(o[2])) for o in outs if len(o) == 3)
+        first, imp, second = vals[len(vals) // 2]
+        compile_s = [e["build_time_s"] for e in index.values() if e.get("kind") == "kernel"
+                     and e["name"].startswith(f"quantize.{fmt}.") and ".swizzled.bfloat16.aligned." in e["name"]]
+        rows.append({"format": fmt, "import_ms": imp, "first_call_ms": first, "second_call_ms": second,
+                     "dsl_compile_s": compile_s[0] if compile_s else None})
+        print(f"cold start {fmt}: import kernelforge {imp:.2f} ms, first call {first:.2f} ms "
+              f"(load + launch), second {second:.3f} ms; CuTe-DSL compile+link of it: "
+              f"{compile_s[0] if compile_s else float('nan'):.2f} s", flush=True)
+    return rows
+
+
+def host_overhead() -> dict:
+    """Per-call host time: kernelforge.quantize(out=...) vs calling the loaded function directly."""
+    from kernelforge.ops import _common
+
+    x = torch.randn(128, 256, device="cuda", dtype=torch.bfloat16)
+    out = kernelforge.quantize(x, "mxfp8")
+    q, s = out[0].view(torch.uint8), out[1].view(torch.uint8).view(-1)
+    coords = {"format": "mxfp8", "scale_mode": "floor", "layout": "linear", "dtype": "bfloat16"}
+    fn, _ = _common.dispatch_table().resolve("quantize", coords, torch.cuda.get_device_capability(), 8, 256, 512)
+    n = 20000
+
+    def per_call(f) -> float:
+        for _ in range(200):
+            f()
+        torch.cuda.synchronize()
+        best = float("inf")
+        for _ in range(5):
+            t = time.perf_counter()
+            for _ in range(n):
+                f()
+            best = min(best, (time.perf_counter() - t) / n * 1e6)
+            torch.cuda.synchronize()
+        return best
+
+    direct = per_call(lambda: fn(x, q, s))
+    with_out = per_call(lambda: kernelforge.quantize(x, "mxfp8", out=out))
+    alloc = per_call(lambda: kernelforge.quantize(x, "mxfp8"))
+    res = {"direct_us": direct, "quantize_out_us": with_out, "quantize_alloc_us": alloc,
+           "overhead_out_us": with_out - direct, "overhead_alloc_us": alloc - direct}
+    print(f"host per call: direct {direct:.2f} us, quantize(out=) {with_out:.2f} us (+{with_out - direct:.2f}), "
+          f"quantize() {alloc:.2f} us (+{alloc - direct:.2f})", flush=True)
+    return res
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--json", default=None)
+    ap.add_argument("--no-compile-ref", action="store_true")
+    args = ap.parse_args()
+    name = torch.cuda.get_device_name()
+    copy_gbs = copy_bandwidth()
+    print(f"device: {name}; copy bandwidth {copy_gbs:.0f} GB/s", flush=True)
+    res = {"device": name, "copy_GBps": copy_gbs, "host": host_overhead(), "cold": cold_start(),
+           "kernels": kernel_rows(copy_gbs, not args.no_compile_ref)}
+    if args.json:
+        Path(args.json).write_text(json.dumps(res, indent=1))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,16 @@
+#!/usr/bin/env bash
+# GPU runner: with only the runtime installed (torch + apache-tvm-ffi), verify the cache and run
+# the GPU tests against it. Usage: ci/gpu_validate.sh [CACHE_DIR]   (default: the checkout's cache/)
+# Wheels in .whl/ (e.g. apache-tvm-ffi for a machine without a registry) are installed first.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+if compgen -G ".whl/*.whl" >/dev/null; then
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/kf-site .whl/*.whl
+  export PYTHONPATH="/tmp/kf-site:${PYTHONPATH:-}"
+fi
+export PYTHONPATH="$PWD:${PYTHONPATH:-}"
+export KERNELFORGE_CACHE_DIR="${1:-${KERNELFORGE_CACHE_DIR:-$PWD/cache}}"
+nvidia-smi --query-gpu=name,driver_version,compute_cap --format=csv,noheader || true
+python3 -c "import torch, tvm_ffi; print('torch', torch.__version__, 'tvm_ffi', tvm_ffi.__version__, torch.cuda.get_device_name())"
+python3 -m kernelforge cache stats
+python3 -m kernelforge validate

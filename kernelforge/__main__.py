@@ -1,0 +1,3 @@
+from kernelforge.cli import main
+
+main()
