@@ -153,7 +153,7 @@ def host_overhead() -> dict:
             torch.cuda.synchronize()
         return best
 
-    direct = per_call(lambda: fn(x, q, s))
+    direct = per_call(lambda: fn(x, q, s, None))
     with_out = per_call(lambda: kernelforge.quantize(x, "mxfp8", out=out))
     alloc = per_call(lambda: kernelforge.quantize(x, "mxfp8"))
     res = {"direct_us": direct, "quantize_out_us": with_out, "quantize_alloc_us": alloc,

@@ -61,8 +61,6 @@ def quantize(
     dtype = _DTYPES.get(x.dtype)
     if dtype is None:
         raise ValueError(f"x: expected dtype bfloat16, float16 or float32, got {x.dtype}")
-    if x.device.type != "cuda":
-        raise ValueError(f"x: expected a CUDA tensor, got a tensor on {x.device}")
     if x.dim() < 1:
         raise ValueError("x: expected at least one dimension (the K dimension)")
     k = x.shape[-1]
@@ -99,19 +97,23 @@ def quantize(
     d_shape = (*x.shape[:-1], kq)
     data_dtype = getattr(torch, fmt.data_dtype)
     scale_dtype = getattr(torch, fmt.scale_dtype)
+    if out is not None:
+        data, scale = check_out(out, x.device, d_shape, s_shape, data_dtype, scale_dtype)
+    # Checked last so that every other argument error is reported (and testable) without a GPU.
+    if x.device.type != "cuda":
+        raise ValueError(f"x: expected a CUDA tensor, got a tensor on {x.device}")
     if out is None:
         data = torch.empty(d_shape, dtype=torch.uint8, device=x.device)
         scale = torch.empty(s_shape, dtype=torch.uint8, device=x.device)
-    else:
-        data, scale = check_out(out, x.device, d_shape, s_shape, data_dtype, scale_dtype)
     if m and kb:
         coords = {"format": fmt.name, "scale_mode": mode, "layout": layout, "dtype": dtype}
         fn = _resolve(coords, x2, k, kb, dtype)
         q2, s1 = kernel_args_2d(data, m, kq), scale.view(-1)
         if fmt.has_global_scale:
-            fn(x2, q2, s1, global_scale if global_scale is not None else _unit_global_scale(x.device))
+            g = global_scale if global_scale is not None else _unit_global_scale(x.device)
         else:
-            fn(x2, q2, s1)
+            g = None  # MX modules keep the (compile-time None) global-scale slot in their signature
+        fn(x2, q2, s1, g)
     elif s_shape[0] * s_shape[1]:
         scale.zero_()  # K = 0 with padded rows: nothing to quantize, padding is still zero
     if out is None:
