@@ -91,7 +91,10 @@ def _compile_one(variant: Any, key: str, root: str, runtime_path: str, runtime_k
         return dict(kind="kernel", op=variant.op, name=variant.name, variant=variant.canonical(),
                     arch=variant.arch, toolchain_id=tc_id, toolchain=tc, source_hash=src_hash,
                     main_file=MODULE_FILE, build_time_s=time.perf_counter() - t0,
-                    extra={"symbol": variant.symbol, "runtime_key": runtime_key_})
+                    extra={"symbol": variant.symbol, "runtime_key": runtime_key_,
+                           # what the runtime matches on, so it never needs the spec package
+                           "dispatch": {a: variant.get(a) for a in variant.schema.dispatch_axes
+                                        if a not in ("arch", variant.schema.kclass_axis)}})
 
     try:
         _, built = store.get_or_build(key, build)

@@ -1,16 +1,26 @@
 """The versioned on-disk artifact cache: layout, index, store, verify, stats, clean.
 
-Imports neither torch nor cutlass; the runtime's only read is `load_index_for_runtime`.
+Imports neither torch nor cutlass. Exports load lazily so that the runtime's one read,
+`load_index_for_runtime`, does not pay for the store, locks or reports.
 """
-from kernelforge.cache.clean import CleanReport, clean
-from kernelforge.cache.entry import Entry
-from kernelforge.cache.index import load_index_for_runtime
-from kernelforge.cache.layout import SCHEMA_VERSION, Layout
-from kernelforge.cache.stats import StatsReport, stats
-from kernelforge.cache.store import CacheStore, Store
-from kernelforge.cache.verify import Problem, VerifyReport, verify
+from __future__ import annotations
 
-__all__ = [
-    "SCHEMA_VERSION", "CacheStore", "CleanReport", "Entry", "Layout", "Problem", "StatsReport", "Store",
-    "VerifyReport", "clean", "load_index_for_runtime", "stats", "verify",
-]
+import importlib
+from typing import Any
+
+_EXPORTS = {
+    "CleanReport": "clean", "clean": "clean", "Entry": "entry", "load_index_for_runtime": "index",
+    "SCHEMA_VERSION": "layout", "Layout": "layout", "StatsReport": "stats", "stats": "stats",
+    "CacheStore": "store", "Store": "store", "Problem": "verify", "VerifyReport": "verify", "verify": "verify",
+}
+
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str) -> Any:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'kernelforge.cache' has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"kernelforge.cache.{module}"), name)
+    globals()[name] = value
+    return value

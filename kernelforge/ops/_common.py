@@ -38,28 +38,26 @@ def device_capability(index: int) -> tuple[int, int]:
 
 def check_out(out: object, device: torch.device, d_shape: tuple, s_shape: tuple,
               data_dtype: torch.dtype, scale_dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
-    """Validate caller-provided `(data, scale)` buffers; return them as uint8 views."""
+    """Validate caller-provided `(data, scale)` buffers; return them as uint8 tensors."""
     if not (isinstance(out, (tuple, list)) and len(out) == 2):
         raise TypeError(f"out: expected a (data, scale) tuple of tensors, got {type(out).__name__}")
-    views = []
-    for name, t, shape, dtype, align in (("out[0] (data)", out[0], d_shape, data_dtype, 16),
-                                         ("out[1] (scale)", out[1], s_shape, scale_dtype, 4)):
-        if not isinstance(t, torch.Tensor):
-            raise TypeError(f"{name}: expected a torch.Tensor, got {type(t).__name__}")
-        if t.dtype not in (dtype, torch.uint8):
-            raise ValueError(f"{name}: expected dtype {dtype} (or torch.uint8), got {t.dtype}")
-        if tuple(t.shape) != tuple(shape):
-            raise ValueError(f"{name}: expected shape {list(shape)}, got {list(t.shape)}")
-        if t.device != device:
-            raise ValueError(f"{name}: expected a tensor on {device} (the device of x), got {t.device}")
-        if not t.is_contiguous():
-            raise ValueError(f"{name}: expected a contiguous tensor")
-        if t.numel() and t.data_ptr() % align:
-            raise ValueError(f"{name}: expected a {align}-byte aligned data pointer")
-        views.append(t.view(torch.uint8))
-    return views[0], views[1]
+    return (_check_buffer("out[0] (data)", out[0], d_shape, data_dtype, 16, device),
+            _check_buffer("out[1] (scale)", out[1], s_shape, scale_dtype, 4, device))
 
 
-def kernel_args_2d(data: torch.Tensor, m: int, cols: int) -> torch.Tensor:
-    """The packed data buffer as the kernel's [M, cols] uint8 view."""
-    return data.view(m, cols)
+def _check_buffer(name: str, t: object, shape: tuple, dtype: torch.dtype, align: int,
+                  device: torch.device) -> torch.Tensor:
+    if not isinstance(t, torch.Tensor):
+        raise TypeError(f"{name}: expected a torch.Tensor, got {type(t).__name__}")
+    tdtype = t.dtype
+    if tdtype is not dtype and tdtype is not torch.uint8:
+        raise ValueError(f"{name}: expected dtype {dtype} (or torch.uint8), got {tdtype}")
+    if t.shape != shape:
+        raise ValueError(f"{name}: expected shape {list(shape)}, got {list(t.shape)}")
+    if t.device != device:
+        raise ValueError(f"{name}: expected a tensor on {device} (the device of x), got {t.device}")
+    if not t.is_contiguous():
+        raise ValueError(f"{name}: expected a contiguous tensor")
+    if t.data_ptr() % align:
+        raise ValueError(f"{name}: expected a {align}-byte aligned data pointer")
+    return t if tdtype is torch.uint8 else t.view(torch.uint8)

@@ -13,10 +13,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
-from ..cache import load_index_for_runtime
+from ..cache.index import load_index_for_runtime
 from ..errors import KernelNotBuilt
 from ..sources import source_hash
-from ..spec.schema import OP_SCHEMAS
 from .arch import arch_runs_on
 from .loader import load_function
 
@@ -68,7 +67,7 @@ class DispatchTable:
                         continue
                     v = entry.get("variant") or {}
                     axes, kc = v.get("axes") or {}, v.get("kclass") or {}
-                    coords = _coords_key(v.get("op", entry.get("op")), axes)
+                    coords = _coords_key(entry.get("op", ""), (entry.get("extra") or {}).get("dispatch") or {})
                     if entry.get("source_hash") != src:
                         self._stale[coords] = self._stale.get(coords, 0) + 1
                         continue
@@ -113,9 +112,6 @@ class DispatchTable:
         )
 
 
-def _coords_key(op: str, axes: dict[str, Any]) -> tuple:
-    # Arch, the K-class and tuning axes are chosen at run time; the other dispatch axes must match.
-    schema = OP_SCHEMAS.get(op)
-    if schema is None:
-        return (op,)
-    return (op,) + tuple((a, axes.get(a)) for a in schema.dispatch_axes if a not in ("arch", schema.kclass_axis))
+def _coords_key(op: str, dispatch: dict[str, Any]) -> tuple:
+    # The builder records the dispatch axes other than arch and K-class (chosen here at run time).
+    return (op,) + tuple(sorted(dispatch.items()))

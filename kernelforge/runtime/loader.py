@@ -6,6 +6,8 @@ import threading
 from pathlib import Path
 from typing import Any
 
+import tvm_ffi  # imported with the ops, so a variant's first call pays only load + launch
+
 from ..errors import CorruptArtifact
 
 _lock = threading.Lock()
@@ -31,8 +33,6 @@ def _check_sha256(path: Path, expected: str, what: str) -> None:
 
 def load_function(entry: dict[str, Any], runtime_entry: dict[str, Any] | None) -> Any:
     """The tvm_ffi function of a kernel index entry (as returned by load_index_for_runtime)."""
-    import tvm_ffi
-
     path = Path(entry["main_path"])
     with _lock:
         mod = _modules.get(str(path))
