@@ -44,7 +44,7 @@ def built_cache(tmp_path_factory) -> BuiltCache:
     root = tmp_path_factory.mktemp("built") / "cache"
     t0 = time.perf_counter()
     result = CliRunner().invoke(app, ["build", "--cache", str(root), "--arch", ARCH, "--only", SELECTION,
-                                      "-v", "-j", "2"])
+                                      "-v", "-j", "2"], env={"COLUMNS": "200"})
     seconds = time.perf_counter() - t0
     output = result.output
     if result.exception is not None and not isinstance(result.exception, SystemExit):
