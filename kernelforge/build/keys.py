@@ -7,6 +7,10 @@ from typing import Any
 
 from ..sources import source_hash  # noqa: F401  (re-exported: part of every key)
 
+# Version of what the builder records in each entry (e.g. extra["dispatch"], read by the runtime):
+# an older entry format is a different key, so it is rebuilt rather than served half-understood.
+ENTRY_FORMAT = 2
+
 
 def canonical_json(obj: Any) -> str:
     return json.dumps(obj, sort_keys=True, separators=(",", ":"), ensure_ascii=True)
@@ -19,7 +23,8 @@ def sha256_hex(text: str) -> str:
 def variant_key(canonical_variant: dict[str, Any], src_hash: str, toolchain: dict[str, Any]) -> str:
     """The cache key of one variant: its coordinates (arch included), sources and toolchain."""
     return sha256_hex(
-        canonical_json({"variant": canonical_variant, "source": src_hash, "toolchain": toolchain})
+        canonical_json({"variant": canonical_variant, "source": src_hash, "toolchain": toolchain,
+                        "entry_format": ENTRY_FORMAT})
     )
 
 

@@ -30,7 +30,7 @@ def _check_global_scale(g: object, fmt: Format, x: torch.Tensor) -> None:
         raise TypeError(f"global_scale: expected a float32 CUDA tensor of shape [1] or None, got {type(g).__name__}")
     if g.dtype != torch.float32:
         raise ValueError(f"global_scale: expected dtype torch.float32, got {g.dtype}")
-    if g.numel() != 1 or g.dim() > 1:
+    if g.dim() != 1 or g.numel() != 1:  # a 0-d tensor is not [1]: the kernel checks ndim == 1
         raise ValueError(f"global_scale: expected shape [1], got {list(g.shape)}")
     if g.device != x.device:
         raise ValueError(f"global_scale: expected a tensor on {x.device} (the device of x), got {g.device}")
@@ -75,8 +75,9 @@ def quantize(
     if layout != "linear" and layout != "swizzled":
         raise ValueError(f"layout: expected one of {list(LAYOUTS)}, got {layout!r}")
     if fmt.has_global_scale:
-        if scale_mode != "floor":  # "floor" is the signature default and means "not given" here
-            raise ValueError(f"scale_mode: {fmt.name} has E4M3 block scales and no scale mode; got {scale_mode!r}")
+        if scale_mode != "floor" and scale_mode != "none":  # "floor" is the default: "not given" here
+            raise ValueError(f"scale_mode: {fmt.name} has E4M3 block scales and no scale mode "
+                             f"(pass 'none' or leave the default); got {scale_mode!r}")
         mode = "none"
     else:
         if scale_mode not in fmt.scale_modes:

@@ -2,7 +2,6 @@
 failures, concurrent builders, corruption. Compiling tests are `slow`; see conftest.py."""
 from __future__ import annotations
 
-import json
 import re
 import shutil
 import subprocess
@@ -18,7 +17,7 @@ from _kf_build_helpers import ARCH, NAMES, REPO, SELECTION, cli_env, kf_cmd, too
 
 from kernelforge.cache import CacheStore, clean, load_index_for_runtime, verify  # noqa: E402
 from kernelforge.errors import CorruptArtifact  # noqa: E402
-from kernelforge.spec import load_specs, select  # noqa: E402
+from kernelforge.spec import load_specs  # noqa: E402
 
 needs_toolchain = pytest.mark.skipif(toolchain_problem() is not None, reason=str(toolchain_problem()))
 needs_binutils = pytest.mark.skipif(not (shutil.which("nm") and shutil.which("readelf")),

@@ -7,7 +7,7 @@ raised exactly as it would be on a GPU; a fully valid CPU call ends at the CUDA 
 from __future__ import annotations
 
 import re
-from pathlib import Path
+import shutil
 
 import pytest
 import torch
@@ -97,8 +97,14 @@ def test_bad_scale_mode_for_mx(fmt, mode):
 
 @pytest.mark.parametrize("mode", ["rceil", "ceil"])
 def test_scale_mode_with_nvfp4(mode):
-    with pytest.raises(ValueError, match=r"^scale_mode: nvfp4 has E4M3 block scales and no scale mode; got "):
+    with pytest.raises(ValueError, match=r"^scale_mode: nvfp4 has E4M3 block scales and no scale mode .*; got "):
         quantize(x_of("nvfp4"), "nvfp4", scale_mode=mode)
+
+
+def test_explicit_none_scale_mode_with_nvfp4_is_accepted():
+    # Passes every argument check and stops only at the (last) CUDA device check.
+    with pytest.raises(ValueError, match=r"^x: expected a CUDA tensor"):
+        quantize(x_of("nvfp4"), "nvfp4", scale_mode="none")
 
 
 # ---------------------------------------------------------------- global_scale
@@ -322,17 +328,21 @@ def _kernel_meta(name, fmt, arch, kclass, kmb, vb, src, *, mode="floor", dtype="
                 variant={"axes": dict(sorted(axes.items())), "op": "quantize",
                          "kclass": {"k_multiple_blocks": kmb, "name": kclass, "vector_bytes": vb}},
                 arch=arch, toolchain_id="tc", toolchain={}, source_hash=src, main_file="module.so",
-                build_time_s=0.0, extra={"symbol": "kf_" + name.replace(".", "_"), "runtime_key": "rt" * 32})
+                build_time_s=0.0, extra={"symbol": "kf_" + name.replace(".", "_"), "runtime_key": "rt" * 32,
+                                         # what the builder records for the runtime to match on
+                                         "dispatch": {"format": fmt, "scale_mode": mode, "layout": layout,
+                                                      "dtype": dtype}})
 
 
-@pytest.fixture
-def fake_cache(tmp_path):
+@pytest.fixture(scope="module")
+def fake_cache(tmp_path_factory):
     """A cache root whose index.json was written by CacheStore.publish, with dummy files."""
     import hashlib
 
     from kernelforge.cache import CacheStore
     from kernelforge.sources import source_hash
 
+    tmp_path = tmp_path_factory.mktemp("fake")
     src = source_hash()
     store = CacheStore(tmp_path / "cache")
     metas = []
@@ -352,7 +362,7 @@ def fake_cache(tmp_path):
         (staging / "module.so").write_bytes(meta["name"].encode())
         store.publish(hashlib.sha256(meta["name"].encode() + meta["source_hash"].encode()).hexdigest(),
                       staging, **meta)
-        staging.rmdir() if staging.exists() else None
+        shutil.rmtree(staging)  # publish copied it (it lies outside the cache's tmp/)
     staging = tmp_path / "stage"
     staging.mkdir()
     (staging / "libkfrt-x.so").write_bytes(b"runtime")

@@ -1,0 +1,85 @@
+"""Import hygiene, in fresh interpreters: the runtime never imports CuTe-DSL, and
+`import kernelforge` is cheap (no torch, no tvm_ffi)."""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def _run(code: str, cwd: Path) -> dict:
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=cwd)
+    assert proc.returncode == 0, proc.stderr
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+HEAVY = """
+def heavy(names):
+    return sorted(m for m in sys.modules if any(m == n or m.startswith(n + ".") for n in names))
+"""
+
+RUNTIME = """
+import json, sys
+""" + HEAVY + """
+import kernelforge
+kernelforge.quantize
+kernelforge.nvfp4_global_scale
+import kernelforge.runtime.dispatch, kernelforge.runtime.loader, kernelforge.cache, kernelforge.ops.quantize
+import kernelforge.ops.reference
+import kernelforge.cache as c
+c.load_index_for_runtime, c.CacheStore, c.verify  # the lazy exports resolve
+from kernelforge.runtime.dispatch import DispatchTable
+DispatchTable(sys.argv[1] if len(sys.argv) > 1 else "/nonexistent-kf-cache").candidates(
+    "quantize", {"format": "mxfp8", "scale_mode": "floor", "layout": "linear", "dtype": "bfloat16"}, (9, 0))
+import torch
+try:
+    kernelforge.quantize(torch.zeros(2, 32), "mxfp8")
+except ValueError:
+    pass
+print(json.dumps({"cutlass": heavy(["cutlass"]), "file": kernelforge.__file__,
+                  "tvm_ffi": "tvm_ffi" in sys.modules}))
+"""
+
+
+def test_runtime_never_imports_cutlass(tmp_path):
+    # Run from outside the checkout too: the installed package must be the regular one (with
+    # its __init__), not a namespace package left by a stale editable install.
+    for cwd in (REPO, tmp_path):
+        info = _run(RUNTIME, cwd)
+        assert info["cutlass"] == [], f"the runtime imported {info['cutlass']} (cwd {cwd})"
+        assert info["file"] == str(REPO / "kernelforge" / "__init__.py"), info
+        assert info["tvm_ffi"]  # the loader is what imports it
+
+
+def test_cli_cache_commands_never_import_cutlass(tmp_path):
+    code = ("import json, sys\n" + HEAVY +
+            "from typer.testing import CliRunner\nfrom kernelforge.cli import app\n"
+            f"r = CliRunner().invoke(app, ['cache', 'verify', '--cache', {str(tmp_path / 'c')!r}])\n"
+            "assert r.exit_code == 0, r.output\n"
+            "r = CliRunner().invoke(app, ['cache', 'ls', '--cache', " + repr(str(tmp_path / "c")) + "])\n"
+            "assert r.exit_code == 0, r.output\n"
+            "print(json.dumps({'cutlass': heavy(['cutlass'])}))")
+    assert _run(code, REPO)["cutlass"] == []
+
+
+IMPORT_TIME = """
+import json, sys, time
+""" + HEAVY + """
+t0 = time.perf_counter()
+import kernelforge
+dt = time.perf_counter() - t0
+print(json.dumps({"seconds": dt, "heavy": heavy(["torch", "tvm_ffi", "cutlass", "numpy"]),
+                  "kf": sorted(m for m in sys.modules if m.startswith("kernelforge"))}))
+"""
+
+
+def test_import_kernelforge_is_cheap(tmp_path):
+    runs = [_run(IMPORT_TIME, cwd) for cwd in (REPO, tmp_path, REPO)]
+    for info in runs:
+        assert info["heavy"] == [], f"`import kernelforge` imported {info['heavy']}"
+        assert info["kf"] == ["kernelforge"], info["kf"]
+    best = min(info["seconds"] for info in runs)
+    assert best < 0.050, f"`import kernelforge` took {best * 1000:.1f} ms"
