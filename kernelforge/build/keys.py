@@ -5,8 +5,6 @@ import hashlib
 import json
 from typing import Any
 
-from ..sources import source_hash  # noqa: F401  (re-exported: part of every key)
-
 # Version of what the builder records in each entry (e.g. extra["dispatch"], read by the runtime):
 # an older entry format is a different key, so it is rebuilt rather than served half-understood.
 ENTRY_FORMAT = 2

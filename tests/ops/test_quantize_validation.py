@@ -227,18 +227,14 @@ def test_out_shapes(fmt, lead, layout):
                 (*d_shape[:-1], k)]
     bad_scale = [(s_shape[0] + 1, s_shape[1]), (s_shape[0], s_shape[1] - 1), (s_shape[0] * s_shape[1],),
                  shapes(fmt, lead, k, "linear" if layout == "swizzled" else "swizzled")[1]]
-    for bad in bad_data:
-        if tuple(bad) == tuple(d_shape):
+    cases = [("out[0] (data)", d_shape, bad, (bad, s_shape)) for bad in bad_data]
+    cases += [("out[1] (scale)", s_shape, bad, (d_shape, bad)) for bad in bad_scale]
+    for name, good, bad, (data_shape, scale_shape) in cases:
+        if tuple(bad) == tuple(good):
             continue
         with pytest.raises(ValueError) as ei:
-            quantize(x, fmt, layout=layout, out=out_of(fmt, bad, s_shape))
-        assert str(ei.value) == f"out[0] (data): expected shape {list(d_shape)}, got {list(bad)}"
-    for bad in bad_scale:
-        if tuple(bad) == tuple(s_shape):
-            continue
-        with pytest.raises(ValueError) as ei:
-            quantize(x, fmt, layout=layout, out=out_of(fmt, d_shape, bad))
-        assert str(ei.value) == f"out[1] (scale): expected shape {list(s_shape)}, got {list(bad)}"
+            quantize(x, fmt, layout=layout, out=out_of(fmt, data_shape, scale_shape))
+        assert str(ei.value) == f"{name}: expected shape {list(good)}, got {list(bad)}"
 
 
 def test_out_non_contiguous():
