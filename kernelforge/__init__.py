@@ -9,10 +9,10 @@ from typing import Any
 
 __version__ = "0.1.0"
 
+# Public names, all from kernelforge.ops (whose import also registers torch.ops.kernelforge.*).
 _LAZY = {
-    "quantize": "kernelforge.ops.quantize",
-    "nvfp4_global_scale": "kernelforge.ops.quantize",
-    "set_cache_root": "kernelforge.ops._common",
+    name: "kernelforge.ops"
+    for name in ("quantize", "rmsnorm_quantize", "add_rmsnorm_quantize", "nvfp4_global_scale", "set_cache_root")
 }
 
 __all__ = ["__version__", *_LAZY]

@@ -24,3 +24,7 @@ class CorruptArtifact(CacheError):
 
 class KernelNotBuilt(KernelforgeError, LookupError):
     """No cached artifact for a variant on this device; the message holds the build command."""
+
+
+class UnsupportedShape(KernelforgeError, ValueError):
+    """Kernels exist for the arguments, but no cached K-class accepts this K (e.g. H too large)."""

@@ -47,6 +47,7 @@ FORMATS: dict[str, Format] = {
 }
 
 INPUT_DTYPES: tuple[str, ...] = ("bfloat16", "float16", "float32")
+DTYPE_BYTES: dict[str, int] = {"bfloat16": 2, "float16": 2, "float32": 4}
 LAYOUTS: tuple[str, ...] = ("linear", "swizzled")
 SCALE_MODES: tuple[str, ...] = ("floor", "rceil", "none")
 

@@ -1,4 +1,9 @@
-"""Compile one variant with CuTe-DSL into a relocatable TVM-FFI object (no GPU, no tensors)."""
+"""Compile one variant with CuTe-DSL into a relocatable TVM-FFI object (no GPU, no tensors).
+
+Each op has an argument builder: it turns the variant's coordinates into the kernel object
+and fake tensors (symbolic M and K with the K-class's divisibility and alignment) in the
+exact order of the exported function's signature.
+"""
 from __future__ import annotations
 
 from pathlib import Path
@@ -8,50 +13,68 @@ import cutlass
 import cutlass.cute as cute
 from cutlass.cute.runtime import make_fake_compact_tensor, make_fake_stream, make_fake_tensor
 
-from ..formats import get_format
+from ..formats import DTYPE_BYTES, Format, get_format
 from ..kernels.quantize import QuantizeConfig, QuantizeKernel
+from ..kernels.rmsnorm_quantize import RMSNormQuantizeConfig, RMSNormQuantizeKernel
 from .toolchain import COMPILE_OPTIONS
-
 
 DTYPES = {
     "bfloat16": cutlass.BFloat16,
     "float16": cutlass.Float16,
     "float32": cutlass.Float32,
 }
-DTYPE_BYTES = {"bfloat16": 2, "float16": 2, "float32": 4}
+
+
+def _row_major(v: Any, fmt: Format, m: object, contiguous: bool) -> tuple[object, object]:
+    """Fake [M, K] input: K divisible per the K-class; row stride ld (or K when contiguous)."""
+    es = DTYPE_BYTES[v.dtype]
+    kc = v.kclass
+    k = cute.sym_int32(divisibility=fmt.block * kc.k_multiple_blocks, symbol="K")
+    align = kc.vector_bytes or es
+    if contiguous:
+        return make_fake_compact_tensor(DTYPES[v.dtype], (m, k), stride_order=(1, 0), assumed_align=align), k
+    divisibility = {"divisibility": kc.vector_bytes // es} if kc.vector_bytes else {}
+    ld = cute.sym_int64(symbol="ld", **divisibility)
+    return make_fake_tensor(DTYPES[v.dtype], (m, k), (ld, 1), assumed_align=align), k
+
+
+def _outputs(v: Any, fmt: Format, m: object) -> list[object]:
+    """Fake packed data [M, K*bits/8], flat scale bytes [S], NVFP4 global scale [1] (or None)."""
+    out_bytes = fmt.block * fmt.element_bits // 8
+    dq = cute.sym_int32(divisibility=out_bytes * v.kclass.k_multiple_blocks, symbol="KQ")
+    q = make_fake_compact_tensor(cutlass.Uint8, (m, dq), stride_order=(1, 0), assumed_align=16)
+    s = make_fake_compact_tensor(cutlass.Uint8, (cute.sym_int32(symbol="S"),), assumed_align=4)
+    g = make_fake_compact_tensor(cutlass.Float32, (1,), assumed_align=4) if fmt.has_global_scale else None
+    return [q, s, g]
 
 
 def _quantize_args(v: Any) -> tuple[object, list[object]]:
     fmt = get_format(v.format)
-    es = DTYPE_BYTES[v.dtype]
+    m = cute.sym_int32(symbol="M")
+    x, _ = _row_major(v, fmt, m, contiguous=False)
+    kernel = QuantizeKernel(QuantizeConfig(
+        fmt=fmt, layout=v.layout, scale_mode=v.scale_mode,
+        threads=int(v.threads), units_per_thread=int(v.units_per_thread)))
+    return kernel, [x, *_outputs(v, fmt, m), make_fake_stream(use_tvm_ffi_env_stream=True)]
+
+
+def _rmsnorm_quantize_args(v: Any) -> tuple[object, list[object]]:
+    fmt = get_format(v.format)
     kc = v.kclass
     m = cute.sym_int32(symbol="M")
-    k = cute.sym_int32(divisibility=fmt.block * kc.k_multiple_blocks, symbol="K")
-    if kc.vector_bytes:
-        ld = cute.sym_int64(divisibility=kc.vector_bytes // es, symbol="ld")
-        align = kc.vector_bytes
-    else:
-        ld = cute.sym_int64(symbol="ld")
-        align = es
-    x = make_fake_tensor(DTYPES[v.dtype], (m, k), (ld, 1), assumed_align=align)
-    out_bytes = fmt.block * fmt.element_bits // 8
-    dq = cute.sym_int32(divisibility=out_bytes * kc.k_multiple_blocks, symbol="KQ")
-    q = make_fake_compact_tensor(cutlass.Uint8, (m, dq), stride_order=(1, 0), assumed_align=16)
-    s = make_fake_compact_tensor(cutlass.Uint8, (cute.sym_int32(symbol="S"),), assumed_align=4)
-    g = make_fake_compact_tensor(cutlass.Float32, (1,), assumed_align=4) if fmt.has_global_scale else None
-    kernel = QuantizeKernel(
-        QuantizeConfig(
-            fmt=fmt,
-            layout=v.layout,
-            scale_mode=v.scale_mode,
-            threads=int(v.threads),
-            units_per_thread=int(v.units_per_thread),
-        )
-    )
-    return kernel, [x, q, s, g, make_fake_stream(use_tvm_ffi_env_stream=True)]
+    x, k = _row_major(v, fmt, m, contiguous=True)
+    add = v.residual == "add"
+    r = make_fake_compact_tensor(DTYPES[v.dtype], (m, k), stride_order=(1, 0),
+                                 assumed_align=kc.vector_bytes) if add else None
+    w = make_fake_compact_tensor(DTYPES[v.dtype], (k,), assumed_align=kc.vector_bytes)
+    kernel = RMSNormQuantizeKernel(RMSNormQuantizeConfig(
+        fmt=fmt, layout=v.layout, scale_mode=v.scale_mode, add_residual=add,
+        max_k=kc.max_k, row_threads=kc.row_threads, cta_rows=kc.cta_rows))
+    q, s, g = _outputs(v, fmt, m)
+    return kernel, [x, r, w, q, s, g, cutlass.Float32(1e-6), make_fake_stream(use_tvm_ffi_env_stream=True)]
 
 
-OP_BUILDERS = {"quantize": _quantize_args}
+OP_BUILDERS = {"quantize": _quantize_args, "rmsnorm_quantize": _rmsnorm_quantize_args}
 
 
 def compile_variant(v: Any, object_path: Path) -> None:

@@ -74,7 +74,7 @@ def _build_runtime(store: CacheStore, tc: dict[str, Any], tc_id: str) -> tuple[E
 
 
 def _compile_one(variant: Any, key: str, root: str, runtime_path: str, runtime_key_: str,
-                 src_hash: str, tc: dict[str, Any], tc_id: str) -> VariantResult:
+                 tc: dict[str, Any], tc_id: str) -> VariantResult:
     """Worker body: compile, link and publish one variant (runs in a worker process)."""
     store = CacheStore(Path(root))
     t0 = time.perf_counter()
@@ -89,7 +89,7 @@ def _compile_one(variant: Any, key: str, root: str, runtime_path: str, runtime_k
         link_module(obj, staging / MODULE_FILE, Path(runtime_path), final_dir)
         obj.unlink()
         return dict(kind="kernel", op=variant.op, name=variant.name, variant=variant.canonical(),
-                    arch=variant.arch, toolchain_id=tc_id, toolchain=tc, source_hash=src_hash,
+                    arch=variant.arch, toolchain_id=tc_id, toolchain=tc, source_hash=source_hash(variant.op),
                     main_file=MODULE_FILE, build_time_s=time.perf_counter() - t0,
                     extra={"symbol": variant.symbol, "runtime_key": runtime_key_,
                            # what the runtime matches on, so it never needs the spec package
@@ -121,8 +121,7 @@ def build_variants(
     t0 = time.perf_counter()
     tc = toolchain()
     tc_id = current_toolchain_id()
-    src = source_hash()
-    keyed = [(v, variant_key(v.canonical(), src, tc)) for v in variants]
+    keyed = [(v, variant_key(v.canonical(), source_hash(v.op), tc)) for v in variants]
     index = store.index()
     results: list[VariantResult] = []
     todo = []
@@ -140,7 +139,7 @@ def build_variants(
     if todo:
         rt_entry, runtime_built = _build_runtime(store, tc, tc_id)
         rt_path = str(store.entry_dir(rt_entry) / rt_entry.main_file)
-        args = (str(store.layout.root), rt_path, rt_entry.key, src, tc, tc_id)
+        args = (str(store.layout.root), rt_path, rt_entry.key, tc, tc_id)
         jobs = max(1, min(jobs or os.cpu_count() or 1, len(todo)))
         ctx = multiprocessing.get_context("spawn")
         with ProcessPoolExecutor(max_workers=jobs, mp_context=ctx, initializer=_worker_init) as pool:

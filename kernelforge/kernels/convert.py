@@ -7,7 +7,6 @@ expression so the arithmetic stays visible and the compiler cannot re-associate 
 """
 from __future__ import annotations
 
-import cutlass
 from cutlass import Float32, Int32, Uint32
 from cutlass._mlir.dialects import llvm
 from cutlass.cutlass_dsl import T, dsl_user_op
@@ -59,13 +58,6 @@ def umax(a: Uint32, b: Uint32, *, loc=None, ip=None) -> Uint32:
 
 
 @dsl_user_op
-def umin(a: Uint32, b: Uint32, *, loc=None, ip=None) -> Uint32:
-    return Uint32(
-        _asm(T.i32(), [_u32(a, loc, ip), _u32(b, loc, ip)], "min.u32 $0, $1, $2;", "=r,r,r", loc, ip)
-    )
-
-
-@dsl_user_op
 def mul_rn(a: Float32, b: Float32, *, loc=None, ip=None) -> Float32:
     """a * b, correctly rounded, never contracted into an FMA, subnormals kept."""
     return Float32(
@@ -77,21 +69,6 @@ def mul_rn(a: Float32, b: Float32, *, loc=None, ip=None) -> Float32:
 def rcp_rn(a: Float32, *, loc=None, ip=None) -> Float32:
     """1 / a, correctly rounded (IEEE), no approximation, no flush to zero."""
     return Float32(_asm(T.f32(), [_f32(a, loc, ip)], "rcp.rn.f32 $0, $1;", "=f,f", loc, ip))
-
-
-@dsl_user_op
-def fmin_abs(a: Float32, limit: Float32, *, loc=None, ip=None) -> Float32:
-    """min(|a|, limit) (saturation of a magnitude)."""
-    return Float32(
-        _asm(
-            T.f32(),
-            [_f32(a, loc, ip), _f32(limit, loc, ip)],
-            "{ .reg .f32 t; abs.f32 t, $1; min.f32 $0, t, $2; }",
-            "=f,f,f",
-            loc,
-            ip,
-        )
-    )
 
 
 @dsl_user_op
@@ -114,26 +91,6 @@ def e4m3x4_pack(a: Float32, b: Float32, c: Float32, d: Float32, *, loc=None, ip=
 
 
 @dsl_user_op
-def e4m3_value(x: Float32, *, loc=None, ip=None) -> Float32:
-    """fp32 value of E4M3(x) (RNE, satfinite): the NVFP4 block scale as it will be stored."""
-    return Float32(
-        _asm(
-            T.f32(),
-            [_f32(x, loc, ip)],
-            "{ .reg .b16 q; .reg .b32 h2; .reg .f32 z; .reg .b16 lo, hi;\n"
-            "mov.f32 z, 0f00000000;\n"
-            "cvt.rn.satfinite.e4m3x2.f32 q, z, $1;\n"
-            "cvt.rn.f16x2.e4m3x2 h2, q;\n"
-            "mov.b32 {lo, hi}, h2;\n"
-            "cvt.f32.f16 $0, lo; }",
-            "=f,f",
-            loc,
-            ip,
-        )
-    )
-
-
-@dsl_user_op
 def e4m3_byte(x: Float32, *, loc=None, ip=None) -> Uint32:
     """The E4M3 byte of x (RNE, satfinite), in the low 8 bits."""
     return Uint32(
@@ -147,6 +104,39 @@ def e4m3_byte(x: Float32, *, loc=None, ip=None) -> Uint32:
             loc,
             ip,
         )
+    )
+
+
+@dsl_user_op
+def e4m3_decode(b: Uint32, *, loc=None, ip=None) -> Float32:
+    """fp32 value of the E4M3 byte in the low 8 bits of b (exact)."""
+    return Float32(
+        _asm(
+            T.f32(),
+            [_u32(b, loc, ip)],
+            "{ .reg .b16 q, lo, hi; .reg .b32 h2;\n"
+            "cvt.u16.u32 q, $1;\n"
+            "cvt.rn.f16x2.e4m3x2 h2, q;\n"
+            "mov.b32 {lo, hi}, h2;\n"
+            "cvt.f32.f16 $0, lo; }",
+            "=f,r",
+            loc,
+            ip,
+        )
+    )
+
+
+@dsl_user_op
+def sqrt_rn(a: Float32, *, loc=None, ip=None) -> Float32:
+    """sqrt(a), correctly rounded (IEEE), no flush to zero."""
+    return Float32(_asm(T.f32(), [_f32(a, loc, ip)], "sqrt.rn.f32 $0, $1;", "=f,f", loc, ip))
+
+
+@dsl_user_op
+def div_rn(a: Float32, b: Float32, *, loc=None, ip=None) -> Float32:
+    """a / b, correctly rounded (IEEE), no flush to zero."""
+    return Float32(
+        _asm(T.f32(), [_f32(a, loc, ip), _f32(b, loc, ip)], "div.rn.f32 $0, $1, $2;", "=f,f,f", loc, ip)
     )
 
 

@@ -1,17 +1,28 @@
-"""Shared plumbing of the public ops: the process-wide dispatch table, devices, `out=` checks."""
+"""Shared plumbing of the public ops: argument checks, output shapes, kernel lookup, devices.
+
+Everything here sits on the per-call hot path: each torch attribute access costs ~0.3-1 us,
+so helpers take what the caller already read instead of reading it again.
+"""
 from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Optional
+from typing import Any, Callable, Optional
 
 import torch
 
 from ..config import resolve_cache_root
+from ..formats import DTYPE_BYTES, FORMATS, LAYOUTS, SWIZZLE_COLS, SWIZZLE_ROWS, Format
 from ..runtime.dispatch import DispatchTable
+
+DTYPES = {torch.bfloat16: "bfloat16", torch.float16: "float16", torch.float32: "float32"}
+PLANS = {name: (f, getattr(torch, f.data_dtype), getattr(torch, f.scale_dtype)) for name, f in FORMATS.items()}
+MAX_BLOCKS = 2**31 - 1  # the kernels index scale blocks with 32-bit integers
 
 _table: Optional[DispatchTable] = None
 _capability: dict[int, tuple[int, int]] = {}
+_fn_cache: dict[tuple, Callable] = {}
+_ones: dict[torch.device, torch.Tensor] = {}
 
 
 def set_cache_root(path: Optional[str | os.PathLike]) -> Path:
@@ -34,6 +45,83 @@ def device_capability(index: int) -> tuple[int, int]:
     if cap is None:
         cap = _capability[index] = torch.cuda.get_device_capability(index)
     return cap
+
+
+def kernel_for(op: str, coords: tuple[tuple[str, str], ...], dev: int, k: int, block: int,
+               ptr: int, stride_bytes: int) -> Callable:
+    """The loaded function for `op` at `coords` (sorted (axis, value) pairs) and this input.
+
+    The K-class choice depends on K, on the pointer alignment up to 16 bytes and on the row
+    stride mod 16 (every vector_bytes divides 16), so memoizing on exactly these is exact.
+    """
+    align = ptr & -ptr if ptr else 1 << 30
+    table = dispatch_table()
+    memo = (op, coords, dev, k, min(align, 16), stride_bytes % 16, table)
+    fn = _fn_cache.get(memo)
+    if fn is None:
+        fn, _ = table.resolve(op, dict(coords), device_capability(dev), k, block, align, stride_bytes)
+        _fn_cache[memo] = fn
+    return fn
+
+
+def format_plan(format: object, layout: object, scale_mode: object) -> tuple[Format, str, torch.dtype, torch.dtype]:
+    """Check format, layout and scale_mode; return (format, effective mode, data dtype, scale dtype)."""
+    plan = PLANS.get(format) if isinstance(format, str) else None
+    if plan is None:
+        raise ValueError(f"format: expected one of {sorted(FORMATS)}, got {format!r}")
+    fmt, data_dtype, scale_dtype = plan
+    if layout != "linear" and layout != "swizzled":
+        raise ValueError(f"layout: expected one of {list(LAYOUTS)}, got {layout!r}")
+    if fmt.has_global_scale:
+        if scale_mode != "floor" and scale_mode != "none":  # "floor" is the default: "not given" here
+            raise ValueError(f"scale_mode: {fmt.name} has E4M3 block scales and no scale mode "
+                             f"(pass 'none' or leave the default); got {scale_mode!r}")
+        return fmt, "none", data_dtype, scale_dtype
+    if scale_mode not in fmt.scale_modes:
+        raise ValueError(f"scale_mode: expected one of {list(fmt.scale_modes)} for {fmt.name}, got {scale_mode!r}")
+    return fmt, scale_mode, data_dtype, scale_dtype  # type: ignore[return-value]
+
+
+def output_shapes(fmt: Format, shape: tuple[int, ...], m: int, layout: str) -> tuple[tuple, tuple]:
+    """(data shape, scale shape) for an input of `shape` flattened to m rows (NUMERICS.md)."""
+    k = shape[-1]
+    kb = k // fmt.block
+    if m * kb > MAX_BLOCKS:
+        raise ValueError(f"x: {m} x {k} holds {m * kb} scale blocks; at most {MAX_BLOCKS} are supported per call")
+    if layout == "linear":
+        s_shape = (m, kb)
+    else:
+        s_shape = ((m + SWIZZLE_ROWS - 1) // SWIZZLE_ROWS * SWIZZLE_ROWS,
+                   (kb + SWIZZLE_COLS - 1) // SWIZZLE_COLS * SWIZZLE_COLS)
+    return (*shape[:-1], k * fmt.element_bits // 8), s_shape
+
+
+def check_global_scale(g: object, fmt: Format, device: torch.device) -> None:
+    if not fmt.has_global_scale:
+        raise ValueError(f"global_scale: only NVFP4 takes a global scale; {fmt.name} must be called with None")
+    if not isinstance(g, torch.Tensor):
+        raise TypeError(f"global_scale: expected a float32 CUDA tensor of shape [1] or None, got {type(g).__name__}")
+    if g.dtype != torch.float32:
+        raise ValueError(f"global_scale: expected dtype torch.float32, got {g.dtype}")
+    if g.dim() != 1 or g.numel() != 1:  # a 0-d tensor is not [1]: the kernel checks ndim == 1
+        raise ValueError(f"global_scale: expected shape [1], got {list(g.shape)}")
+    if g.device != device:
+        raise ValueError(f"global_scale: expected a tensor on {device} (the device of x), got {g.device}")
+
+
+def global_scale_arg(fmt: Format, g: Optional[torch.Tensor], device: torch.device) -> Optional[torch.Tensor]:
+    """The kernel's global-scale argument: g, a cached [1.0] for NVFP4 without one, None for MX.
+
+    MX modules keep the (compile-time None) global-scale slot in their signature.
+    """
+    if not fmt.has_global_scale:
+        return None
+    if g is not None:
+        return g
+    one = _ones.get(device)
+    if one is None:
+        one = _ones[device] = torch.ones(1, dtype=torch.float32, device=device)
+    return one
 
 
 def check_out(out: object, device: torch.device, d_shape: tuple, s_shape: tuple,
@@ -61,3 +149,17 @@ def _check_buffer(name: str, t: object, shape: tuple, dtype: torch.dtype, align:
     if t.data_ptr() % align:
         raise ValueError(f"{name}: expected a {align}-byte aligned data pointer")
     return t if tdtype is torch.uint8 else t.view(torch.uint8)
+
+
+def allocate(d_shape: tuple, s_shape: tuple, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
+    """Fresh uint8 (data, scale) buffers; the caller views them as the format's dtypes."""
+    return (torch.empty(d_shape, dtype=torch.uint8, device=device),
+            torch.empty(s_shape, dtype=torch.uint8, device=device))
+
+
+def results(out: Any, data: torch.Tensor, scale: torch.Tensor, data_dtype: torch.dtype,
+            scale_dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
+    """What an op returns: the caller's buffers as given, or fresh ones in the format's dtypes."""
+    if out is None:
+        return data.view(data_dtype), scale.view(scale_dtype)
+    return out[0], out[1]

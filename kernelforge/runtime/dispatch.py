@@ -7,15 +7,15 @@ variant a lookup is one dict access.
 """
 from __future__ import annotations
 
-import math
 import threading
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
 from ..cache.index import load_index_for_runtime
-from ..errors import KernelNotBuilt
-from ..sources import source_hash
+from ..errors import KernelNotBuilt, SpecError, UnsupportedShape
+from ..sources import OP_SOURCES, source_hash
+from ..spec.model import KClass
 from .arch import arch_runs_on
 from .loader import load_function
 
@@ -26,15 +26,10 @@ class Candidate:
 
     entry: dict[str, Any]
     arch: str
-    kclass: str
-    k_multiple_blocks: int
-    vector_bytes: int
+    kclass: KClass
 
-    def accepts(self, k_blocks: int, ptr_align: int, stride_bytes: int) -> bool:
-        if k_blocks % self.k_multiple_blocks:
-            return False
-        v = self.vector_bytes
-        return v == 0 or (ptr_align % v == 0 and stride_bytes % v == 0)
+    def accepts(self, k: int, block: int, ptr_align: int, stride_bytes: int) -> bool:
+        return self.kclass.accepts(k, block, ptr_align, stride_bytes)
 
 
 class DispatchTable:
@@ -46,20 +41,12 @@ class DispatchTable:
         self._by_coords: dict[tuple, list[Candidate]] | None = None
         self._runtimes: dict[str, dict[str, Any]] = {}
         self._stale: dict[tuple, int] = {}
-        self._kmod = 1
-
-    @property
-    def kmod(self) -> int:
-        """lcm of every cached K-class's k_multiple_blocks (K-class choice depends on K mod this)."""
-        self._load()
-        return self._kmod
 
     def _load(self) -> dict[tuple, list[Candidate]]:
         if self._by_coords is not None:
             return self._by_coords
         with self._lock:
             if self._by_coords is None:
-                src = source_hash()
                 by: dict[tuple, list[Candidate]] = {}
                 for entry in load_index_for_runtime(self.root).values():
                     if entry.get("kind") == "runtime":
@@ -68,18 +55,19 @@ class DispatchTable:
                     v = entry.get("variant") or {}
                     axes, kc = v.get("axes") or {}, v.get("kclass") or {}
                     coords = _coords_key(entry.get("op", ""), (entry.get("extra") or {}).get("dispatch") or {})
-                    if entry.get("source_hash") != src:
+                    op = entry.get("op", "")
+                    if op not in OP_SOURCES or entry.get("source_hash") != source_hash(op):
                         self._stale[coords] = self._stale.get(coords, 0) + 1
                         continue
-                    by.setdefault(coords, []).append(Candidate(
-                        entry, axes.get("arch", entry.get("arch", "")), kc.get("name", ""),
-                        int(kc.get("k_multiple_blocks", 1)), int(kc.get("vector_bytes", 0))))
+                    try:
+                        kclass = KClass.from_dict(kc)
+                    except SpecError:  # written by another kernelforge version: not servable
+                        self._stale[coords] = self._stale.get(coords, 0) + 1
+                        continue
+                    by.setdefault(coords, []).append(Candidate(entry, axes.get("arch", entry.get("arch", "")), kclass))
                 for cands in by.values():
-                    for c in cands:
-                        self._kmod = math.lcm(self._kmod, c.k_multiple_blocks)
                     # Most specialized K-class first; newest build first among equals.
-                    cands.sort(key=lambda c: (c.vector_bytes, c.k_multiple_blocks, c.entry.get("created", "")),
-                               reverse=True)
+                    cands.sort(key=lambda c: (c.kclass.specificity, c.entry.get("created", "")), reverse=True)
                 self._by_coords = by
         return self._by_coords
 
@@ -87,17 +75,23 @@ class DispatchTable:
         """Cached kernels for op/coords (no arch, no kclass) that run on `capability`, best first."""
         cands = self._load().get(_coords_key(op, coords), [])
         usable = [c for c in cands if arch_runs_on(c.arch, capability)]
-        usable.sort(key=lambda c: (c.vector_bytes, c.k_multiple_blocks, arch_runs_on(c.arch, capability)),
-                    reverse=True)
+        # Among equally specialized classes, code for exactly this arch before family ("f") code.
+        usable.sort(key=lambda c: (c.kclass.specificity, not c.arch.endswith("f")), reverse=True)
         return usable
 
     def resolve(self, op: str, coords: dict[str, Any], capability: tuple[int, int],
-                k_blocks: int, ptr_align: int, stride_bytes: int) -> tuple[Callable, Candidate]:
+                k: int, block: int, ptr_align: int, stride_bytes: int) -> tuple[Callable, Candidate]:
         """The loaded function of the most specialized cached K-class that accepts the input."""
-        for c in self.candidates(op, coords, capability):
-            if c.accepts(k_blocks, ptr_align, stride_bytes):
+        cands = self.candidates(op, coords, capability)
+        for c in cands:
+            if c.accepts(k, block, ptr_align, stride_bytes):
                 runtime = self._runtimes.get(c.entry.get("extra", {}).get("runtime_key", ""))
                 return load_function(c.entry, runtime), c
+        if cands:
+            raise UnsupportedShape(
+                f"x: no cached {op} kernel accepts K = {k} (the last dimension) with a {ptr_align}-byte "
+                f"aligned pointer and a row stride of {stride_bytes} bytes; cached K-classes: "
+                + "; ".join(_describe(c.kclass) for c in cands))
         raise self.not_built(op, coords, capability)
 
     def not_built(self, op: str, coords: dict[str, Any], capability: tuple[int, int]) -> KernelNotBuilt:
@@ -110,6 +104,15 @@ class DispatchTable:
             f"(arch {arch}) in cache {self.root}{why}. Build it with:\n"
             f"    kernelforge build --cache {self.root} --arch {arch} --only '{op}.*'"
         )
+
+
+def _describe(kc: KClass) -> str:
+    parts = [f"K multiple of {kc.k_multiple_blocks} block(s)"]
+    if kc.max_k:
+        parts.append(f"K <= {kc.max_k}")
+    if kc.vector_bytes:
+        parts.append(f"{kc.vector_bytes}-byte aligned")
+    return f"{kc.name} ({', '.join(parts)})"
 
 
 def _coords_key(op: str, dispatch: dict[str, Any]) -> tuple:

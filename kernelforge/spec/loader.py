@@ -80,14 +80,14 @@ def _kclasses(f: _File, doc: Mapping[str, Any], schema: OpSchema) -> dict[str, K
             raise f.error(f"K-class name {name!r} is not an identifier", table=where)
         if not isinstance(fields, dict):
             raise f.error(f"expected a table [{where}], got {fields!r}", table=table, key=name)
-        bad = kclass_problem(fields)
+        bad = kclass_problem(fields, schema.kclass_required)
         if bad:
             key, reason = bad
             found = key in fields
             raise f.error(reason if found else f"missing key {key!r}", table=where,
                           key=key if found else None,
                           value=fields[key] if found else _NOWHERE)
-        out[name] = KClass(name, fields["k_multiple_blocks"], fields["vector_bytes"])
+        out[name] = KClass(name, **fields)
     return out
 
 

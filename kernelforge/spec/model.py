@@ -1,6 +1,7 @@
 """Frozen records a spec enumerates: K-classes, variants, and the parsed spec file."""
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -11,44 +12,72 @@ from kernelforge.spec.schema import OP_SCHEMAS, OpSchema, Value
 
 KCLASS_NAME = re.compile(r"[A-Za-z][A-Za-z0-9_]*")
 KCLASS_FIELDS = ("k_multiple_blocks", "vector_bytes")
+# Optional fields: 0 (the default) means "no bound" / "not used by this op's kernel".
+KCLASS_OPTIONAL = ("max_k", "row_threads", "cta_rows")
 VECTOR_BYTES = (0, 1, 2, 4, 8, 16)
 
 
-def kclass_problem(fields: Mapping[str, Any]) -> tuple[str, str] | None:
-    """The (key, reason) of the first invalid K-class field, or None when all are valid."""
+def _int_problem(v: Any, lo: int, hi: int | None = None) -> str | None:
+    if isinstance(v, bool) or not isinstance(v, int) or v < lo or (hi is not None and v > hi):
+        rng = f">= {lo}" if hi is None else f"in {lo}..{hi}"
+        return f"expected an integer {rng}, got {v!r}"
+    return None
+
+
+def kclass_problem(fields: Mapping[str, Any], required: tuple[str, ...] = ()) -> tuple[str, str] | None:
+    """The (key, reason) of the first invalid K-class field, or None when all are valid.
+
+    `required` names optional fields that the op's kernel needs (see OpSchema.kclass_required).
+    """
+    known = KCLASS_FIELDS + KCLASS_OPTIONAL
     for key in fields:
-        if key not in KCLASS_FIELDS:
-            return key, f"unknown key; expected {list(KCLASS_FIELDS)}"
-    for key in KCLASS_FIELDS:
+        if key not in known:
+            return key, f"unknown key; expected {list(known)}"
+    for key in KCLASS_FIELDS + required:
         if key not in fields:
             return key, "missing"
     k, vb = fields["k_multiple_blocks"], fields["vector_bytes"]
-    if isinstance(k, bool) or not isinstance(k, int) or k < 1:
-        return "k_multiple_blocks", f"expected an integer >= 1, got {k!r}"
+    if _int_problem(k, 1):
+        return "k_multiple_blocks", _int_problem(k, 1)  # type: ignore[return-value]
     if isinstance(vb, bool) or not isinstance(vb, int) or vb not in VECTOR_BYTES:
         return "vector_bytes", f"expected one of {list(VECTOR_BYTES)}, got {vb!r}"
+    if "max_k" in fields and _int_problem(fields["max_k"], 0):
+        return "max_k", _int_problem(fields["max_k"], 0)  # type: ignore[return-value]
+    for key in ("row_threads", "cta_rows"):
+        v = fields.get(key, 0)
+        if v and (_int_problem(v, 1, 1024) or v & (v - 1)):
+            return key, f"expected a power of two in 1..1024, got {v!r}"
+    if fields.get("row_threads", 0) * fields.get("cta_rows", 1) > 1024:
+        return "cta_rows", "row_threads * cta_rows (threads per CTA) must be at most 1024"
     return None
 
 
 @dataclass(frozen=True)
 class KClass:
-    """A compile-time specialization on K (measured in scale blocks) and on alignment.
+    """A compile-time specialization on K (the reduced, last dimension) and on alignment.
 
-    `vector_bytes` = 0 means element-size accesses with no alignment requirement.
+    `k_multiple_blocks`: K is a multiple of this many scale blocks. `vector_bytes`: pointers
+    and row strides are aligned to this (0: element-size accesses, no requirement).
+    `max_k`: largest K in elements (0: unbounded). `row_threads` / `cta_rows`: how a kernel
+    that keeps whole rows on chip splits a row over threads and packs rows into a CTA
+    (0 where the op's kernel does not use them).
     """
 
     name: str
     k_multiple_blocks: int
     vector_bytes: int
+    max_k: int = 0
+    row_threads: int = 0
+    cta_rows: int = 0
 
     @property
-    def specificity(self) -> tuple[int, int]:
-        """Sort key: a more specialized class sorts higher."""
-        return (self.vector_bytes, self.k_multiple_blocks)
+    def specificity(self) -> tuple[int, int, float]:
+        """Sort key: a more specialized class sorts higher (a tighter max_k is more specialized)."""
+        return (self.vector_bytes, self.k_multiple_blocks, -self.max_k if self.max_k else -math.inf)
 
-    def accepts(self, k_blocks: int, ptr_align_bytes: int, row_stride_bytes: int) -> bool:
-        """Whether a problem with these K blocks and alignments may use this class."""
-        if k_blocks % self.k_multiple_blocks:
+    def accepts(self, k: int, block: int, ptr_align_bytes: int, row_stride_bytes: int) -> bool:
+        """Whether a problem with K = `k` elements (blocks of `block`) and these alignments fits."""
+        if (k // block) % self.k_multiple_blocks or (self.max_k and k > self.max_k):
             return False
         if self.vector_bytes > 0:
             return (ptr_align_bytes % self.vector_bytes == 0
@@ -57,7 +86,8 @@ class KClass:
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-able form, keys sorted."""
-        return {"k_multiple_blocks": self.k_multiple_blocks, "name": self.name,
+        return {"cta_rows": self.cta_rows, "k_multiple_blocks": self.k_multiple_blocks,
+                "max_k": self.max_k, "name": self.name, "row_threads": self.row_threads,
                 "vector_bytes": self.vector_bytes}
 
     @classmethod
@@ -66,10 +96,11 @@ class KClass:
         name = d.get("name")
         if not isinstance(name, str) or not KCLASS_NAME.fullmatch(name):
             raise SpecError(f"kclass name: expected an identifier, got {name!r}")
-        bad = kclass_problem({k: v for k, v in d.items() if k != "name"})
+        fields = {k: v for k, v in d.items() if k != "name"}
+        bad = kclass_problem(fields)
         if bad:
             raise SpecError(f"kclass {name!r} {bad[0]}: {bad[1]}")
-        return cls(name, d["k_multiple_blocks"], d["vector_bytes"])
+        return cls(name, **fields)
 
 
 @dataclass(frozen=True)

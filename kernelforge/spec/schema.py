@@ -91,6 +91,7 @@ class OpSchema:
     domains: Mapping[str, Axis] = field(default_factory=dict)
     constraints: tuple[Constraint, ...] = ()
     kclass_axis: str = "kclass"
+    kclass_required: tuple[str, ...] = ()  # optional K-class fields this op's kernel needs
 
     @property
     def axes(self) -> tuple[str, ...]:
@@ -124,13 +125,20 @@ AXES: dict[str, Axis] = {
              expected="a multiple of 32 in 32..1024", abbrev="t"),
         Axis("units_per_thread", int, check=lambda v: 1 <= v <= 16,
              expected="an integer in 1..16", abbrev="u"),
+        # Fused RMSNorm ops: "none" = rmsnorm(x), "add" = rmsnorm(x + residual), residual updated.
+        Axis("residual", str, choices=("none", "add")),
     )
 }
 
+# The fused RMSNorm kernels take 16-bit inputs only (the weight has the input's dtype).
+HALF_DTYPE = Axis("dtype", str, choices=("bfloat16", "float16"))
+
 
 def _schema(name: str, dispatch: tuple[str, ...], tuning: tuple[str, ...],
-            constraints: tuple[Constraint, ...] = ()) -> OpSchema:
-    return OpSchema(name, dispatch, tuning, {a: AXES[a] for a in dispatch + tuning}, constraints)
+            constraints: tuple[Constraint, ...] = (), domains: tuple[Axis, ...] = (),
+            kclass_required: tuple[str, ...] = ()) -> OpSchema:
+    doms = {a: AXES[a] for a in dispatch + tuning} | {d.name: d for d in domains}
+    return OpSchema(name, dispatch, tuning, doms, constraints, kclass_required=kclass_required)
 
 
 OP_SCHEMAS: dict[str, OpSchema] = {
@@ -141,6 +149,16 @@ OP_SCHEMAS: dict[str, OpSchema] = {
             ("format", "scale_mode", "layout", "dtype", "kclass", "arch"),
             ("threads", "units_per_thread"),
             (Constraint(("format", "scale_mode"), _scale_mode_fits_format),),
+        ),
+        # RMSNorm (optionally after a residual add) fused with rowwise quantization. The K-class
+        # is a hidden-size class: it bounds H and says how rows map onto threads and CTAs.
+        _schema(
+            "rmsnorm_quantize",
+            ("format", "scale_mode", "layout", "dtype", "residual", "kclass", "arch"),
+            (),
+            (Constraint(("format", "scale_mode"), _scale_mode_fits_format),),
+            domains=(HALF_DTYPE,),
+            kclass_required=("max_k", "row_threads", "cta_rows"),
         ),
     )
 }

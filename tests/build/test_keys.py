@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from kernelforge.build.keys import canonical_json, runtime_key, variant_key
-from kernelforge.sources import source_files, source_hash
+from kernelforge.sources import OP_SOURCES, hash_files, source_files, source_hash
 from kernelforge.spec import load_specs
 
 sys.path.insert(0, str(Path(__file__).parent))
@@ -48,7 +48,7 @@ def _reversed(obj):
 
 
 def test_key_is_a_sha256_and_stable(base, tc):
-    src = source_hash()
+    src = source_hash("quantize")
     k1 = variant_key(base, src, tc)
     assert len(k1) == 64 and all(c in "0123456789abcdef" for c in k1)
     assert variant_key(copy.deepcopy(base), src, copy.deepcopy(tc)) == k1
@@ -66,7 +66,7 @@ def test_key_is_a_sha256_and_stable(base, tc):
 
 
 def test_every_catalog_variant_has_its_own_key(catalog, tc):
-    src = source_hash()
+    src = source_hash("quantize")
     keys = {variant_key(v.canonical(), src, tc) for v in catalog}
     assert len(keys) == len(catalog) == len({v.name for v in catalog})
 
@@ -85,7 +85,7 @@ AXIS_CHANGES = [
 
 @pytest.mark.parametrize("axis,value", AXIS_CHANGES, ids=[f"{a}={v}" for a, v in AXIS_CHANGES])
 def test_key_changes_with_each_axis(base, tc, axis, value):
-    src = source_hash()
+    src = source_hash("quantize")
     assert base["axes"][axis] != value
     changed = copy.deepcopy(base)
     changed["axes"][axis] = value
@@ -95,7 +95,7 @@ def test_key_changes_with_each_axis(base, tc, axis, value):
 @pytest.mark.parametrize("field,value", [("k_multiple_blocks", 8), ("k_multiple_blocks", 1),
                                          ("vector_bytes", 8), ("vector_bytes", 0), ("name", "other")])
 def test_key_changes_with_kclass_params(base, tc, field, value):
-    src = source_hash()
+    src = source_hash("quantize")
     changed = copy.deepcopy(base)
     assert changed["kclass"][field] != value
     changed["kclass"][field] = value
@@ -104,11 +104,11 @@ def test_key_changes_with_kclass_params(base, tc, field, value):
 
 def test_key_changes_with_op(base, tc):
     changed = dict(base, op="dequantize")
-    assert variant_key(changed, source_hash(), tc) != variant_key(base, source_hash(), tc)
+    assert variant_key(changed, source_hash("quantize"), tc) != variant_key(base, source_hash("quantize"), tc)
 
 
 def test_source_hash_changes_with_any_byte(tmp_path, base, tc):
-    files = source_files()
+    files = source_files("quantize")
     assert files and all(f.is_file() for f in files)
     assert any(f.name == "formats.py" for f in files) and any(f.parent.name == "kernels" for f in files)
     copies = []
@@ -116,8 +116,8 @@ def test_source_hash_changes_with_any_byte(tmp_path, base, tc):
         d = tmp_path / str(i)  # same names, bytes copied: the hash only sees names and bytes
         d.mkdir()
         copies.append(Path(shutil.copy(f, d / f.name)))
-    orig = source_hash()
-    assert source_hash(copies) == orig
+    orig = source_hash("quantize")
+    assert hash_files(copies) == orig
     key = variant_key(base, orig, tc)
     seen = {orig}
     for c in copies:
@@ -125,16 +125,16 @@ def test_source_hash_changes_with_any_byte(tmp_path, base, tc):
         saved = bytes(data)
         data[len(data) // 2] ^= 0x01  # one bit of one byte
         c.write_bytes(bytes(data))
-        h = source_hash(copies)
+        h = hash_files(copies)
         assert h not in seen, f"editing {c.name} did not change the source hash"
         seen.add(h)
         assert variant_key(base, h, tc) != key
         c.write_bytes(saved)
-    assert source_hash(copies) == orig
+    assert hash_files(copies) == orig
     # A renamed file is a different source set too.
     renamed = copies[0].with_name("renamed_" + copies[0].name)
     copies[0].rename(renamed)
-    assert source_hash([renamed, *copies[1:]]) != orig
+    assert hash_files([renamed, *copies[1:]]) != orig
 
 
 def _set(d: dict, path: tuple, value) -> dict:
@@ -165,7 +165,7 @@ TOOLCHAIN_CHANGES = [
 @pytest.mark.parametrize("path,value,runtime_changes", TOOLCHAIN_CHANGES,
                          ids=[".".join(p) for p, _, _ in TOOLCHAIN_CHANGES])
 def test_toolchain_components(base, tc, path, value, runtime_changes):
-    src = source_hash()
+    src = source_hash("quantize")
     changed = _set(tc, path, value)
     assert variant_key(base, src, changed) != variant_key(base, src, tc)
     assert (runtime_key(changed) != runtime_key(tc)) is runtime_changes
@@ -179,7 +179,7 @@ def test_runtime_key_depends_on_the_link_part_only(base, tc):
     assert runtime_key(_set(tc, ("tvm_ffi_abi",), "9.9")) == rk
     assert runtime_key(_set(tc, ("link", "cudart"), {"nvidia-cuda-runtime-cu12": "12.8.0"})) != rk
     # Neither a variant nor the kernel sources are an input of the runtime library.
-    assert rk != variant_key(base, source_hash(), tc)
+    assert rk != variant_key(base, source_hash("quantize"), tc)
 
 
 def test_toolchain_reads_versions_without_importing_cutlass():

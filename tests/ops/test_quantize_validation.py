@@ -339,7 +339,7 @@ def fake_cache(tmp_path_factory):
     from kernelforge.sources import source_hash
 
     tmp_path = tmp_path_factory.mktemp("fake")
-    src = source_hash()
+    src = source_hash("quantize")
     store = CacheStore(tmp_path / "cache")
     metas = []
     for fmt in ("mxfp8", "nvfp4"):
@@ -374,18 +374,17 @@ def test_dispatch_preference_order(fake_cache):
     from kernelforge.runtime.dispatch import DispatchTable
 
     table = DispatchTable(fake_cache)
-    assert table.kmod == 4
     # Hopper: only the sm_90a builds run there (arch-specific code runs on its exact capability).
     c90 = table.candidates("quantize", COORDS, (9, 0))
-    assert [(c.kclass, c.arch) for c in c90] == [("aligned", "sm_90a"), ("any", "sm_90a")]
+    assert [(c.kclass.name, c.arch) for c in c90] == [("aligned", "sm_90a"), ("any", "sm_90a")]
     assert c90[0].entry["name"] == "quantize.mxfp8.floor.linear.bfloat16.aligned.sm_90a.t128u1"
     # Blackwell 10.0: exact sm_100a before the sm_100f family build, aligned before any.
     c100 = table.candidates("quantize", COORDS, (10, 0))
-    assert [(c.kclass, c.arch) for c in c100] == [("aligned", "sm_100a"), ("aligned", "sm_100f"),
+    assert [(c.kclass.name, c.arch) for c in c100] == [("aligned", "sm_100a"), ("aligned", "sm_100f"),
                                                   ("any", "sm_100a"), ("any", "sm_100f")]
     # 10.3: sm_100a does not run there, the family build does.
     c103 = table.candidates("quantize", COORDS, (10, 3))
-    assert [(c.kclass, c.arch) for c in c103] == [("aligned", "sm_100f"), ("any", "sm_100f")]
+    assert [(c.kclass.name, c.arch) for c in c103] == [("aligned", "sm_100f"), ("any", "sm_100f")]
     # Nothing for sm_120 (and a different op/coords has no candidates at all).
     assert table.candidates("quantize", COORDS, (12, 0)) == []
     assert table.candidates("quantize", dict(COORDS, layout="swizzled"), (9, 0)) == []
@@ -404,14 +403,14 @@ def test_dispatch_resolve_picks_the_most_specialized_accepting_class(fake_cache,
 
     monkeypatch.setattr(dispatch, "load_function", fake_load)
     table = dispatch.DispatchTable(fake_cache)
-    fn, cand = table.resolve("quantize", COORDS, (9, 0), 8, 256, 512)
-    assert fn == "quantize.mxfp8.floor.linear.bfloat16.aligned.sm_90a.t128u1" and cand.kclass == "aligned"
+    fn, cand = table.resolve("quantize", COORDS, (9, 0), 256, 32, 256, 512)
+    assert fn == "quantize.mxfp8.floor.linear.bfloat16.aligned.sm_90a.t128u1" and cand.kclass.name == "aligned"
     assert loaded[-1][1] == "rt" * 32  # the runtime entry the module was linked against
     # K not a multiple of 4 blocks, a misaligned pointer or row stride: the "any" class.
     for kb, align, stride in ((6, 256, 512), (8, 8, 512), (8, 256, 520)):
-        fn, cand = table.resolve("quantize", COORDS, (9, 0), kb, align, stride)
+        fn, cand = table.resolve("quantize", COORDS, (9, 0), kb * 32, 32, align, stride)
         assert fn == "quantize.mxfp8.floor.linear.bfloat16.any.sm_90a.t128u1", (kb, align, stride)
-    fn, _ = table.resolve("quantize", COORDS, (10, 0), 8, 16, 16)
+    fn, _ = table.resolve("quantize", COORDS, (10, 0), 256, 32, 16, 16)
     assert fn == "quantize.mxfp8.floor.linear.bfloat16.aligned.sm_100a.t128u1"
 
 
@@ -425,7 +424,7 @@ def test_dispatch_not_built_message(fake_cache, monkeypatch):
     rceil = dict(COORDS, scale_mode="rceil")
     assert table.candidates("quantize", rceil, (9, 0)) == []
     with pytest.raises(KernelNotBuilt) as ei:
-        table.resolve("quantize", rceil, (9, 0), 8, 256, 512)
+        table.resolve("quantize", rceil, (9, 0), 256, 32, 256, 512)
     assert isinstance(ei.value, LookupError)
     msg = str(ei.value)
     for part in ("quantize", "bfloat16", "mxfp8", "linear", "rceil", "capability 9.0", "sm_90a", str(fake_cache),
@@ -433,7 +432,7 @@ def test_dispatch_not_built_message(fake_cache, monkeypatch):
         assert part in msg, (part, msg)
     # ... and no candidate for the device's arch is "not built" too, without the stale note.
     with pytest.raises(KernelNotBuilt) as ei:
-        table.resolve("quantize", COORDS, (12, 0), 8, 256, 512)
+        table.resolve("quantize", COORDS, (12, 0), 256, 32, 256, 512)
     msg = str(ei.value)
     assert "capability 12.0" in msg and "--arch sm_120a" in msg and str(fake_cache) in msg
     assert "floor" in msg and "other kernel sources" not in msg
@@ -447,7 +446,7 @@ def test_dispatch_on_a_missing_cache(tmp_path):
 
     root = tmp_path / "nothing-here"
     table = DispatchTable(root)
-    assert table.candidates("quantize", COORDS, (9, 0)) == [] and table.kmod == 1
+    assert table.candidates("quantize", COORDS, (9, 0)) == []
     with pytest.raises(KernelNotBuilt, match=re.escape(f"kernelforge build --cache {root} --arch sm_90a")):
-        table.resolve("quantize", COORDS, (9, 0), 4, 16, 16)
+        table.resolve("quantize", COORDS, (9, 0), 128, 32, 16, 16)
     assert not root.exists()  # reading never creates anything

@@ -78,7 +78,8 @@ def test_canonical_golden_and_stable(variants, default_spec):
         "axes": {"arch": "sm_90a", "dtype": "bfloat16", "format": "mxfp8", "kclass": "aligned",
                  "layout": "linear", "scale_mode": "floor", "threads": 128,
                  "units_per_thread": 1},
-        "kclass": {"k_multiple_blocks": 4, "name": "aligned", "vector_bytes": 16},
+        "kclass": {"cta_rows": 0, "k_multiple_blocks": 4, "max_k": 0, "name": "aligned",
+                   "row_threads": 0, "vector_bytes": 16},
         "op": "quantize",
     }
     again = load_specs([default_spec])
@@ -125,14 +126,25 @@ def test_kclass_param_in_file_changes_canonical(variants, default_text, write_sp
 
 def test_kclass_accepts_and_specificity():
     aligned, any_ = KClass("aligned", 4, 16), KClass("any", 1, 0)
-    assert aligned.accepts(8, 256, 4096)
-    assert not aligned.accepts(6, 256, 4096)  # K not a multiple of 4 blocks
-    assert not aligned.accepts(8, 8, 4096)  # pointer only 8-byte aligned
-    assert not aligned.accepts(8, 16, 4104)  # row stride not 16-byte aligned
-    assert any_.accepts(3, 1, 3)
+    assert aligned.accepts(8 * 32, 32, 256, 4096)
+    assert not aligned.accepts(6 * 32, 32, 256, 4096)  # K not a multiple of 4 blocks
+    assert not aligned.accepts(8 * 32, 32, 8, 4096)  # pointer only 8-byte aligned
+    assert not aligned.accepts(8 * 32, 32, 16, 4104)  # row stride not 16-byte aligned
+    assert any_.accepts(3 * 16, 16, 1, 3)
     assert aligned.specificity > any_.specificity
     assert max([any_, aligned], key=lambda k: k.specificity) is aligned
     assert KClass.from_dict(aligned.to_dict()) == aligned
+
+
+def test_hidden_size_classes_bound_k_and_the_tightest_is_most_specialized():
+    h1k = KClass("h1k", 1, 16, max_k=1024, row_threads=32, cta_rows=4)
+    h4k = KClass("h4k", 1, 16, max_k=4096, row_threads=128, cta_rows=1)
+    unbounded = KClass("any16", 1, 16)
+    assert h1k.accepts(1024, 16, 16, 2048) and not h1k.accepts(1040, 16, 16, 2080)
+    assert h4k.accepts(4096, 32, 16, 8192) and not h4k.accepts(4128, 32, 16, 8256)
+    assert unbounded.accepts(1 << 20, 32, 16, 1 << 21)
+    assert h1k.specificity > h4k.specificity > unbounded.specificity
+    assert KClass.from_dict(h1k.to_dict()) == h1k
 
 
 def test_kclass_from_dict_rejects_bad():
@@ -142,6 +154,13 @@ def test_kclass_from_dict_rejects_bad():
         KClass.from_dict({"name": "x", "k_multiple_blocks": 1})
     with pytest.raises(SpecError, match="k_multiple_blocks"):
         KClass.from_dict({"name": "x", "k_multiple_blocks": 0, "vector_bytes": 0})
+    with pytest.raises(SpecError, match="row_threads"):
+        KClass.from_dict({"name": "x", "k_multiple_blocks": 1, "vector_bytes": 16, "row_threads": 48})
+    with pytest.raises(SpecError, match="cta_rows"):
+        KClass.from_dict({"name": "x", "k_multiple_blocks": 1, "vector_bytes": 16, "row_threads": 512,
+                          "cta_rows": 4})
+    with pytest.raises(SpecError, match="max_k"):
+        KClass.from_dict({"name": "x", "k_multiple_blocks": 1, "vector_bytes": 16, "max_k": -1})
 
 
 def test_arch_tables():

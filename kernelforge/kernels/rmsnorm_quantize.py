@@ -1,0 +1,137 @@
+"""RMSNorm (optionally after a residual add) fused with rowwise block-scaled quantization.
+
+Each row of H elements is split over `row_threads` threads, each holding whole scale blocks
+(block b of a row lives on thread b % row_threads), and `cta_rows` rows share a CTA. A
+thread loads its blocks once into registers (adding and writing back the residual on the
+way), the row's sum of squares is reduced with warp shuffles (and shared memory across the
+warps of a row), and the same registers are then normalized, rounded to the input dtype and
+quantized by the shared `BlockQuantizer`. The input is read from memory exactly once.
+"""
+from dataclasses import dataclass
+
+import cuda.bindings.driver as cuda
+import cutlass
+import cutlass.cute as cute
+from cutlass import Float32, Int32, Uint8
+
+from ..formats import Format
+from . import convert as cv
+from .blockscale import BlockQuantizer, scale_grid, scale_offset
+
+WARP = 32
+
+
+@dataclass(frozen=True)
+class RMSNormQuantizeConfig:
+    """Compile-time knobs of one variant; fields map onto spec axes and the hidden-size class."""
+
+    fmt: Format
+    layout: str  # "linear" | "swizzled"
+    scale_mode: str  # "floor" | "rceil" | "none"
+    add_residual: bool  # residual = "add": rmsnorm(x + residual), residual overwritten
+    max_k: int  # largest hidden size of the K-class
+    row_threads: int  # threads sharing one row (a power of two)
+    cta_rows: int  # rows per CTA
+
+
+class RMSNormQuantizeKernel:
+    """Host launcher (`__call__`) and device body (`kernel`) of the fused op."""
+
+    def __init__(self, cfg: RMSNormQuantizeConfig) -> None:
+        self.cfg = cfg
+        self.q = BlockQuantizer(cfg.fmt, cfg.scale_mode)
+        self.block = cfg.fmt.block
+        self.swizzled = cfg.layout == "swizzled"
+        max_blocks = cfg.max_k // self.block
+        # Scale columns padded to 4 must also have an owner (they get the zero padding bytes).
+        padded = (max_blocks + 3) // 4 * 4
+        self.units = (padded + cfg.row_threads - 1) // cfg.row_threads  # blocks per thread
+        self.threads = cfg.row_threads * cfg.cta_rows
+        self.row_warps = max(1, cfg.row_threads // WARP)
+
+    @cute.jit
+    def __call__(
+        self,
+        mX: cute.Tensor,  # [M, H] input
+        mR: cute.Tensor,  # [M, H] residual, read and overwritten with dtype(x + residual); or None
+        mW: cute.Tensor,  # [H] weight, input dtype
+        mQ: cute.Tensor,  # [M, H * bits / 8] packed data bytes
+        mS: cute.Tensor,  # [S] scale bytes (linear M*H/B, or Mp*Np swizzled)
+        mG: cute.Tensor,  # [1] fp32 global encode scale (NVFP4) or None
+        eps: Float32,
+        stream: cuda.CUstream,
+    ):
+        n_rows, n_cols = scale_grid(mX.shape[0], mX.shape[1] // self.block, self.swizzled)
+        grid = (n_rows + (self.cfg.cta_rows - 1)) // self.cfg.cta_rows
+        smem = self.cfg.cta_rows * self.row_warps * 4 if self.row_warps > 1 else 0
+        self.kernel(mX, mR, mW, mQ, mS, mG, eps, n_rows, n_cols).launch(
+            grid=[grid, 1, 1], block=[self.threads, 1, 1], smem=smem, stream=stream
+        )
+
+    @cute.kernel
+    def kernel(self, mX: cute.Tensor, mR: cute.Tensor, mW: cute.Tensor, mQ: cute.Tensor,
+               mS: cute.Tensor, mG: cute.Tensor, eps: Float32, n_rows: Int32, n_cols: Int32):
+        tidx, _, _ = cute.arch.thread_idx()
+        bidx, _, _ = cute.arch.block_idx()
+        B = self.block
+        rt = self.cfg.row_threads
+        m_rows = mX.shape[0]
+        hidden = mX.shape[1]
+        k_blocks = hidden // B
+        row = bidx * self.cfg.cta_rows + tidx // rt
+        lane = tidx % rt
+        gX = cute.zipped_divide(mX, (1, B))  # ((1, B), (M, H/B))
+        gQ = cute.zipped_divide(mQ, (1, self.q.out_bytes))
+        gW = cute.zipped_divide(mW, (B,))  # ((B,), (H/B,))
+        dtype = mX.element_type
+
+        # Pass 1: load (and add) every owned block once; the row stays in registers.
+        h = [cute.make_rmem_tensor(B, dtype) for _ in range(self.units)]
+        sumsq = Float32(0.0)
+        for i in cutlass.range_constexpr(self.units):
+            b = lane + i * rt
+            if row < m_rows and b < k_blocks:
+                cute.autovec_copy(gX[(0, None), (row, b)], h[i])
+                if cutlass.const_expr(mR is not None):
+                    gR = cute.zipped_divide(mR, (1, B))
+                    r = cute.make_rmem_tensor(B, dtype)
+                    cute.autovec_copy(gR[(0, None), (row, b)], r)
+                    h[i].store((h[i].load().to(Float32) + r.load().to(Float32)).to(dtype))
+                    cute.autovec_copy(h[i], gR[(0, None), (row, b)])
+                v = h[i].load().to(Float32)
+                sumsq = sumsq + (v * v).reduce(cute.ReductionOp.ADD, Float32(0.0), 0)
+
+        sumsq = self.row_sum(sumsq, tidx)
+        rstd = cv.rcp_rn(cv.sqrt_rn(cv.div_rn(sumsq, Float32(hidden)) + eps))
+
+        # Pass 2: normalize, round to the input dtype, quantize; zero the scale padding.
+        enc_g, inv_g = self.q.global_factors(mG)
+        for i in cutlass.range_constexpr(self.units):
+            b = lane + i * rt
+            if row < n_rows and b < n_cols:
+                s_off = scale_offset(row, b, n_cols, self.swizzled)
+                if row < m_rows and b < k_blocks:
+                    w = cute.make_rmem_tensor(B, dtype)
+                    cute.autovec_copy(gW[(None,), b], w)
+                    y = cute.make_rmem_tensor(B, Float32)
+                    y.store(((h[i].load().to(Float32) * rstd) * w.load().to(Float32)).to(dtype).to(Float32))
+                    mS[s_off] = Uint8(self.q.quantize(y, gQ[(0, None), (row, b)], enc_g, inv_g))
+                else:
+                    mS[s_off] = Uint8(0)
+
+    @cute.jit
+    def row_sum(self, v: Float32, tidx: Int32) -> Float32:
+        """Sum `v` over the row_threads threads of a row (fixed order: deterministic)."""
+        v = cute.arch.warp_reduction_sum(v, threads_in_group=min(self.cfg.row_threads, WARP))
+        if cutlass.const_expr(self.row_warps > 1):
+            smem = cutlass.utils.SmemAllocator()
+            partial = smem.allocate_tensor(Float32, cute.make_layout(self.cfg.cta_rows * self.row_warps), 16)
+            warp = tidx // WARP
+            if tidx % WARP == 0:
+                partial[warp] = v
+            cute.arch.sync_threads()
+            first = warp // self.row_warps * self.row_warps
+            v = Float32(0.0)
+            for w in cutlass.range_constexpr(self.row_warps):
+                v = v + partial[first + w]
+        return v

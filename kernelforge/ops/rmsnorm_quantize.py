@@ -1,0 +1,137 @@
+"""`kernelforge.rmsnorm_quantize` and `kernelforge.add_rmsnorm_quantize`: fused RMSNorm + quantize."""
+from __future__ import annotations
+
+import math
+from typing import Optional
+
+import torch
+
+from ..formats import DTYPE_BYTES
+from . import _common as c
+
+_HALF = {torch.bfloat16: "bfloat16", torch.float16: "float16"}
+
+
+def rmsnorm_quantize(
+    x: torch.Tensor,
+    weight: torch.Tensor,
+    format: str,
+    *,
+    eps: float = 1e-6,
+    layout: str = "linear",
+    scale_mode: str = "floor",
+    global_scale: Optional[torch.Tensor] = None,
+    out: Optional[tuple[torch.Tensor, torch.Tensor]] = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Quantize `rmsnorm(x, weight)` in one pass over x (NUMERICS.md, "Fused RMSNorm + quantize").
+
+    x is `[M, H]` or `[B, S, H]`, bfloat16 or float16, contiguous; weight is `[H]` of x's dtype.
+    `format`, `layout`, `scale_mode`, `global_scale` and `out` mean what they mean for
+    `kernelforge.quantize`, and so do the returned `(data, scale)`.
+    """
+    if torch.compiler.is_compiling():
+        from .library import traced_rmsnorm_quantize
+
+        return traced_rmsnorm_quantize(x, None, weight, format, eps, layout, scale_mode, global_scale, out)
+    return _run(x, None, weight, format, eps, layout, scale_mode, global_scale, out)
+
+
+def add_rmsnorm_quantize(
+    x: torch.Tensor,
+    residual: torch.Tensor,
+    weight: torch.Tensor,
+    format: str,
+    *,
+    eps: float = 1e-6,
+    layout: str = "linear",
+    scale_mode: str = "floor",
+    global_scale: Optional[torch.Tensor] = None,
+    out: Optional[tuple[torch.Tensor, torch.Tensor]] = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """`h = dtype(x + residual)`; write h into `residual` in place; return quantized rmsnorm(h).
+
+    `residual` has x's shape and dtype and must not overlap x or weight. Everything else as
+    in `rmsnorm_quantize`. On any argument error nothing is launched and residual is untouched.
+    """
+    if torch.compiler.is_compiling():
+        from .library import traced_rmsnorm_quantize
+
+        return traced_rmsnorm_quantize(x, residual, weight, format, eps, layout, scale_mode, global_scale, out)
+    if residual is None:
+        raise TypeError("residual: expected a torch.Tensor, got None (use rmsnorm_quantize without a residual)")
+    return _run(x, residual, weight, format, eps, layout, scale_mode, global_scale, out)
+
+
+def _check_input(name: str, t: object, shape: Optional[torch.Size], dtype: Optional[torch.dtype],
+                 device: Optional[torch.device]) -> int:
+    """Check a contiguous 16-byte-aligned input tensor; return its data pointer."""
+    if not isinstance(t, torch.Tensor):
+        raise TypeError(f"{name}: expected a torch.Tensor, got {type(t).__name__}")
+    if dtype is not None and t.dtype != dtype:
+        raise ValueError(f"{name}: expected dtype {dtype} (the dtype of x), got {t.dtype}")
+    if shape is not None and t.shape != shape:
+        raise ValueError(f"{name}: expected shape {list(shape)}, got {list(t.shape)}")
+    if device is not None and t.device != device:
+        raise ValueError(f"{name}: expected a tensor on {device} (the device of x), got {t.device}")
+    if not t.is_contiguous():
+        raise ValueError(f"{name}: expected a contiguous tensor (call .contiguous())")
+    ptr = t.data_ptr()
+    if ptr % 16:
+        raise ValueError(f"{name}: expected a 16-byte aligned data pointer (a view at an odd offset?); "
+                         "pass a fresh tensor or .clone()")
+    return ptr
+
+
+def _overlap(a: torch.Tensor, a_ptr: int, b: torch.Tensor, b_ptr: int) -> bool:
+    a_end = a_ptr + a.numel() * a.element_size()
+    b_end = b_ptr + b.numel() * b.element_size()
+    return a_ptr < b_end and b_ptr < a_end and a.numel() > 0 and b.numel() > 0
+
+
+def _run(x, residual, weight, format, eps, layout, scale_mode, global_scale, out):
+    fmt, mode, data_dtype, scale_dtype = c.format_plan(format, layout, scale_mode)
+    if not isinstance(x, torch.Tensor):
+        raise TypeError(f"x: expected a torch.Tensor, got {type(x).__name__}")
+    dtype = _HALF.get(x.dtype)
+    if dtype is None:
+        raise ValueError(f"x: expected dtype bfloat16 or float16, got {x.dtype}")
+    shape = x.shape
+    if len(shape) not in (2, 3):
+        raise ValueError(f"x: expected a 2-D [M, H] or 3-D [B, S, H] tensor, got shape {list(shape)}")
+    h = shape[-1]
+    if h == 0 or h % fmt.block:
+        raise ValueError(f"x: H = {h} (the last dimension) must be a positive multiple of the "
+                         f"{fmt.name} block size B = {fmt.block}")
+    if isinstance(eps, bool) or not isinstance(eps, (float, int)):
+        raise TypeError(f"eps: expected a float, got {type(eps).__name__}")
+    if not (math.isfinite(eps) and eps >= 0):
+        raise ValueError(f"eps: expected a finite float >= 0, got {eps!r}")
+    device = x.device
+    x_ptr = _check_input("x", x, None, None, None)
+    w_ptr = _check_input("weight", weight, torch.Size((h,)), x.dtype, device)
+    if residual is not None:
+        r_ptr = _check_input("residual", residual, shape, x.dtype, device)
+        if _overlap(residual, r_ptr, x, x_ptr):
+            raise ValueError("residual: must not overlap x (it is overwritten with x + residual)")
+        if _overlap(residual, r_ptr, weight, w_ptr):
+            raise ValueError("residual: must not overlap weight (it is overwritten with x + residual)")
+    if global_scale is not None:
+        c.check_global_scale(global_scale, fmt, device)
+    m = x.numel() // h
+    d_shape, s_shape = c.output_shapes(fmt, shape, m, layout)
+    if out is not None:
+        data, scale = c.check_out(out, device, d_shape, s_shape, data_dtype, scale_dtype)
+    # Checked last so that every other argument error is reported (and testable) without a GPU.
+    if device.type != "cuda":
+        raise ValueError(f"x: expected a CUDA tensor, got a tensor on {device}")
+    if out is None:
+        data, scale = c.allocate(d_shape, s_shape, device)
+    if m:
+        coords = (("dtype", dtype), ("format", fmt.name), ("layout", layout),
+                  ("residual", "none" if residual is None else "add"), ("scale_mode", mode))
+        fn = c.kernel_for("rmsnorm_quantize", coords, device.index, h, fmt.block, x_ptr,
+                          h * DTYPE_BYTES[dtype])
+        fn(x.view(m, h), None if residual is None else residual.view(m, h), weight,
+           data.view(m, d_shape[-1]), scale.view(-1), c.global_scale_arg(fmt, global_scale, device),
+           float(eps))
+    return c.results(out, data, scale, data_dtype, scale_dtype)
