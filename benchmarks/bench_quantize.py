@@ -20,54 +20,11 @@ import kernelforge  # noqa: E402
 from kernelforge.formats import FORMATS  # noqa: E402
 from kernelforge.ops.reference import quantize_ref  # noqa: E402
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _timing import L2_BYTES, bench_us, copy_bandwidth, graph_us, rotating_inputs  # noqa: E402,F401
+
 SHAPES = [(1024, 4096), (4096, 7168), (8192, 7168), (16384, 8192)]
 CASES = [("mxfp8", "floor"), ("mxfp4", "floor"), ("nvfp4", "none")]
-L2_BYTES = 50 * 2**20
-
-
-def bench_us(fn, *, iters: int = 50, warmup: int = 5) -> float:
-    """Median GPU time of fn() in microseconds, CUDA events around each call."""
-    for _ in range(warmup):
-        fn()
-    torch.cuda.synchronize()
-    times = []
-    for _ in range(iters):
-        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        a.record()
-        fn()
-        b.record()
-        b.synchronize()
-        times.append(a.elapsed_time(b) * 1000)
-    times.sort()
-    return times[len(times) // 2]
-
-
-def graph_us(fn, *, calls: int = 20, replays: int = 20) -> float:
-    """Median GPU time per call from CUDA-graph replays of `calls` back-to-back calls (no host overhead)."""
-    s = torch.cuda.Stream()
-    s.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(s):
-        for _ in range(3):
-            fn()
-    torch.cuda.current_stream().wait_stream(s)
-    g = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(g):
-        for _ in range(calls):
-            fn()
-    return bench_us(g.replay, iters=replays, warmup=3) / calls
-
-
-def copy_bandwidth() -> float:
-    """Device-to-device copy bandwidth in GB/s (bytes read + written) on a 2 GiB buffer."""
-    src = torch.empty(2**30, dtype=torch.uint8, device="cuda").random_()
-    dst = torch.empty_like(src)
-    us = bench_us(lambda: dst.copy_(src), iters=20)
-    return 2 * src.numel() / us / 1e3
-
-
-def rotating_inputs(m: int, k: int) -> list[torch.Tensor]:
-    n = max(2, (4 * L2_BYTES) // (m * k * 2) + 1)
-    return [torch.randn(m, k, device="cuda", dtype=torch.bfloat16) for _ in range(min(n, 16))]
 
 
 def kwargs(mode: str, layout: str) -> dict:
@@ -154,7 +111,7 @@ def host_overhead() -> dict:
     out = kernelforge.quantize(x, "mxfp8")
     q, s = out[0].view(torch.uint8), out[1].view(torch.uint8).view(-1)
     coords = {"format": "mxfp8", "scale_mode": "floor", "layout": "linear", "dtype": "bfloat16"}
-    fn, _ = _common.dispatch_table().resolve("quantize", coords, torch.cuda.get_device_capability(), 8, 256, 512)
+    fn, _ = _common.dispatch_table().resolve("quantize", coords, torch.cuda.get_device_capability(), 256, 32, 256, 512)
     n = 20000
 
     def per_call(f) -> float:

@@ -1,0 +1,52 @@
+"""GPU timing helpers shared by the benchmarks: CUDA events, CUDA-graph replay, copy bandwidth."""
+from __future__ import annotations
+
+import torch
+
+L2_BYTES = 50 * 2**20
+
+
+def bench_us(fn, *, iters: int = 50, warmup: int = 5) -> float:
+    """Median GPU time of fn() in microseconds, CUDA events around each call."""
+    for _ in range(warmup):
+        fn()
+    torch.cuda.synchronize()
+    times = []
+    for _ in range(iters):
+        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        a.record()
+        fn()
+        b.record()
+        b.synchronize()
+        times.append(a.elapsed_time(b) * 1000)
+    times.sort()
+    return times[len(times) // 2]
+
+
+def graph_us(fn, *, calls: int = 20, replays: int = 20) -> float:
+    """Median GPU time per call from CUDA-graph replays of `calls` back-to-back calls (no host overhead)."""
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s):
+        for _ in range(3):
+            fn()
+    torch.cuda.current_stream().wait_stream(s)
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        for _ in range(calls):
+            fn()
+    return bench_us(g.replay, iters=replays, warmup=3) / calls
+
+
+def copy_bandwidth() -> float:
+    """Device-to-device copy bandwidth in GB/s (bytes read + written) on a 2 GiB buffer."""
+    src = torch.empty(2**30, dtype=torch.uint8, device="cuda").random_()
+    dst = torch.empty_like(src)
+    us = bench_us(lambda: dst.copy_(src), iters=20)
+    return 2 * src.numel() / us / 1e3
+
+
+def rotating_inputs(m: int, k: int, dtype: torch.dtype = torch.bfloat16, cap: int = 16) -> list[torch.Tensor]:
+    """Enough [m, k] random inputs to cycle through more than 4x the L2 size (at most `cap`)."""
+    n = max(2, (4 * L2_BYTES) // (m * k * 2) + 1)
+    return [torch.randn(m, k, device="cuda", dtype=dtype) for _ in range(min(n, cap))]
