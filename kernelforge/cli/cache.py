@@ -146,18 +146,22 @@ def _current_toolchain_id() -> str | None:
 def clean_cmd(
     cache: Optional[Path] = CacheOpt,
     all_: bool = typer.Option(False, "--all", help="Remove every entry."),
-    stale: bool = typer.Option(False, "--stale", help="Remove entries built by a toolchain other than the current."),
+    stale: bool = typer.Option(False, "--stale", help="Remove entries this kernelforge would never serve: "
+                               "built by another toolchain or from other kernel sources."),
 ) -> None:
-    """Remove orphans (always), and every entry (--all) or entries of other toolchains (--stale)."""
+    """Remove orphans (always), and every entry (--all) or stale entries (--stale)."""
     store, source = _open(cache)
     console = _out()
     _say_root(console, store, source)
-    keep_toolchain_id = None
+    keep_toolchain_id = keep_sources = None
     if stale and not all_:
         keep_toolchain_id = _current_toolchain_id()
         if keep_toolchain_id is None:
             raise typer.Exit(2)
+        from kernelforge.sources import OP_SOURCES, source_hash
+
+        keep_sources = {"", *(source_hash(op) for op in OP_SOURCES)}  # "": the shared runtime library
         console.print(f"current toolchain: {keep_toolchain_id}", markup=False)
-    report = clean(store, all=all_, keep_toolchain_id=keep_toolchain_id)
+    report = clean(store, all=all_, keep_toolchain_id=keep_toolchain_id, keep_source_hashes=keep_sources)
     console.print(f"removed {len(report.removed)} entries ({human_bytes(report.removed_bytes)}) "
                   f"and {len(report.orphans_removed)} orphan dirs", markup=False)

@@ -1,11 +1,13 @@
 """RMSNorm (optionally after a residual add) fused with rowwise block-scaled quantization.
 
-Each row of H elements is split over `row_threads` threads, each holding whole scale blocks
-(block b of a row lives on thread b % row_threads), and `cta_rows` rows share a CTA. A
-thread loads its blocks once into registers (adding and writing back the residual on the
-way), the row's sum of squares is reduced with warp shuffles (and shared memory across the
-warps of a row), and the same registers are then normalized, rounded to the input dtype and
-quantized by the shared `BlockQuantizer`. The input is read from memory exactly once.
+Each row of H elements is split over `row_threads` threads of one CTA, or of a cluster of
+CTAs, each thread holding up to `units` whole scale blocks (block b of a row lives on
+thread b % (row_threads * cluster)); small rows pack several to a CTA. A thread loads its
+blocks once into registers (adding and writing back the residual on the way), the row's sum
+of squares is reduced with warp shuffles, shared memory across the warps of a row and
+distributed shared memory across the CTAs of a cluster, and the same registers are then
+normalized, rounded to the input dtype and quantized by the shared `BlockQuantizer`. The
+input is read from memory exactly once.
 """
 from dataclasses import dataclass
 
@@ -16,9 +18,11 @@ from cutlass import Float32, Int32, Uint8
 
 from ..formats import Format
 from . import convert as cv
+from . import dsmem
 from .blockscale import BlockQuantizer, scale_grid, scale_offset
 
 WARP = 32
+MIN_CTA_THREADS = 128  # small rows pack into CTAs of at least this many threads
 
 
 @dataclass(frozen=True)
@@ -30,8 +34,8 @@ class RMSNormQuantizeConfig:
     scale_mode: str  # "floor" | "rceil" | "none"
     add_residual: bool  # residual = "add": rmsnorm(x + residual), residual overwritten
     max_k: int  # largest hidden size of the K-class
-    row_threads: int  # threads sharing one row (a power of two)
-    cta_rows: int  # rows per CTA
+    units: int  # scale blocks per thread (at most)
+    cluster: int  # CTAs sharing one row
 
 
 class RMSNormQuantizeKernel:
@@ -42,12 +46,14 @@ class RMSNormQuantizeKernel:
         self.q = BlockQuantizer(cfg.fmt, cfg.scale_mode)
         self.block = cfg.fmt.block
         self.swizzled = cfg.layout == "swizzled"
-        max_blocks = cfg.max_k // self.block
         # Scale columns padded to 4 must also have an owner (they get the zero padding bytes).
-        padded = (max_blocks + 3) // 4 * 4
-        self.units = (padded + cfg.row_threads - 1) // cfg.row_threads  # blocks per thread
-        self.threads = cfg.row_threads * cfg.cta_rows
-        self.row_warps = max(1, cfg.row_threads // WARP)
+        padded = (cfg.max_k // self.block + 3) // 4 * 4
+        per_cta = -(-padded // (cfg.units * cfg.cluster))
+        self.row_threads = 1 << max(0, (per_cta - 1).bit_length())  # a power of two: shuffles
+        self.units = -(-padded // (self.row_threads * cfg.cluster))  # <= cfg.units
+        self.cta_rows = max(1, MIN_CTA_THREADS // self.row_threads) if cfg.cluster == 1 else 1
+        self.threads = self.row_threads * self.cta_rows
+        self.row_warps = max(1, self.row_threads // WARP)
 
     @cute.jit
     def __call__(
@@ -62,11 +68,17 @@ class RMSNormQuantizeKernel:
         stream: cuda.CUstream,
     ):
         n_rows, n_cols = scale_grid(mX.shape[0], mX.shape[1] // self.block, self.swizzled)
-        grid = (n_rows + (self.cfg.cta_rows - 1)) // self.cfg.cta_rows
-        smem = self.cfg.cta_rows * self.row_warps * 4 if self.row_warps > 1 else 0
-        self.kernel(mX, mR, mW, mQ, mS, mG, eps, n_rows, n_cols).launch(
-            grid=[grid, 1, 1], block=[self.threads, 1, 1], smem=smem, stream=stream
-        )
+        grid = (n_rows + (self.cta_rows - 1)) // self.cta_rows * self.cfg.cluster
+        smem = 512 if self.row_warps > 1 or self.cfg.cluster > 1 else 0  # >= the partial-sum arrays
+        if cutlass.const_expr(self.cfg.cluster > 1):
+            self.kernel(mX, mR, mW, mQ, mS, mG, eps, n_rows, n_cols).launch(
+                grid=[grid, 1, 1], block=[self.threads, 1, 1], cluster=[self.cfg.cluster, 1, 1],
+                smem=smem, stream=stream
+            )
+        else:
+            self.kernel(mX, mR, mW, mQ, mS, mG, eps, n_rows, n_cols).launch(
+                grid=[grid, 1, 1], block=[self.threads, 1, 1], smem=smem, stream=stream
+            )
 
     @cute.kernel
     def kernel(self, mX: cute.Tensor, mR: cute.Tensor, mW: cute.Tensor, mQ: cute.Tensor,
@@ -74,22 +86,25 @@ class RMSNormQuantizeKernel:
         tidx, _, _ = cute.arch.thread_idx()
         bidx, _, _ = cute.arch.block_idx()
         B = self.block
-        rt = self.cfg.row_threads
+        rt = self.row_threads
+        stride = rt * self.cfg.cluster  # blocks of a row covered by one unit of every thread
         m_rows = mX.shape[0]
         hidden = mX.shape[1]
         k_blocks = hidden // B
-        row = bidx * self.cfg.cta_rows + tidx // rt
-        lane = tidx % rt
+        row = bidx // self.cfg.cluster * self.cta_rows + tidx // rt
+        lane = bidx % self.cfg.cluster * rt + tidx % rt
         gX = cute.zipped_divide(mX, (1, B))  # ((1, B), (M, H/B))
         gQ = cute.zipped_divide(mQ, (1, self.q.out_bytes))
         gW = cute.zipped_divide(mW, (B,))  # ((B,), (H/B,))
         dtype = mX.element_type
+        if cutlass.const_expr(self.cfg.cluster > 1):
+            cute.arch.cluster_arrive_relaxed()  # "started"; waited for before touching peers' smem
 
         # Pass 1: load (and add) every owned block once; the row stays in registers.
         h = [cute.make_rmem_tensor(B, dtype) for _ in range(self.units)]
         sumsq = Float32(0.0)
         for i in cutlass.range_constexpr(self.units):
-            b = lane + i * rt
+            b = lane + i * stride
             if row < m_rows and b < k_blocks:
                 cute.autovec_copy(gX[(0, None), (row, b)], h[i])
                 if cutlass.const_expr(mR is not None):
@@ -101,13 +116,13 @@ class RMSNormQuantizeKernel:
                 v = h[i].load().to(Float32)
                 sumsq = sumsq + (v * v).reduce(cute.ReductionOp.ADD, Float32(0.0), 0)
 
-        sumsq = self.row_sum(sumsq, tidx)
+        sumsq = self.row_sum(sumsq, tidx, bidx)
         rstd = cv.rcp_rn(cv.sqrt_rn(cv.div_rn(sumsq, Float32(hidden)) + eps))
 
         # Pass 2: normalize, round to the input dtype, quantize; zero the scale padding.
         enc_g, inv_g = self.q.global_factors(mG)
         for i in cutlass.range_constexpr(self.units):
-            b = lane + i * rt
+            b = lane + i * stride
             if row < n_rows and b < n_cols:
                 s_off = scale_offset(row, b, n_cols, self.swizzled)
                 if row < m_rows and b < k_blocks:
@@ -120,18 +135,32 @@ class RMSNormQuantizeKernel:
                     mS[s_off] = Uint8(0)
 
     @cute.jit
-    def row_sum(self, v: Float32, tidx: Int32) -> Float32:
-        """Sum `v` over the row_threads threads of a row (fixed order: deterministic)."""
-        v = cute.arch.warp_reduction_sum(v, threads_in_group=min(self.cfg.row_threads, WARP))
-        if cutlass.const_expr(self.row_warps > 1):
+    def row_sum(self, v: Float32, tidx: Int32, bidx: Int32) -> Float32:
+        """Sum `v` over every thread of a row (fixed order: deterministic, equal on all CTAs)."""
+        v = cute.arch.warp_reduction_sum(v, threads_in_group=min(self.row_threads, WARP))
+        if cutlass.const_expr(self.row_warps > 1 or self.cfg.cluster > 1):
             smem = cutlass.utils.SmemAllocator()
-            partial = smem.allocate_tensor(Float32, cute.make_layout(self.cfg.cta_rows * self.row_warps), 16)
+            parts = smem.allocate_tensor(Float32, cute.make_layout(self.cta_rows * self.row_warps), 16)
             warp = tidx // WARP
             if tidx % WARP == 0:
-                partial[warp] = v
+                parts[warp] = v
             cute.arch.sync_threads()
             first = warp // self.row_warps * self.row_warps
             v = Float32(0.0)
             for w in cutlass.range_constexpr(self.row_warps):
-                v = v + partial[first + w]
+                v = v + parts[first + w]
+            if cutlass.const_expr(self.cfg.cluster > 1):
+                # Every CTA of the cluster writes its partial into slot `rank` of every CTA's
+                # array; the cluster barrier (release/acquire) makes them visible.
+                n = self.cfg.cluster
+                peer = smem.allocate_tensor(Float32, cute.make_layout(n), 16)
+                rank = bidx % n
+                cute.arch.cluster_wait()  # every peer CTA is running (its smem exists)
+                if tidx < n:
+                    dsmem.store_f32(peer.iterator + rank, tidx, v)
+                cute.arch.cluster_arrive()
+                cute.arch.cluster_wait()
+                v = Float32(0.0)
+                for c in cutlass.range_constexpr(n):
+                    v = v + peer[c]
         return v

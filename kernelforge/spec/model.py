@@ -13,7 +13,7 @@ from kernelforge.spec.schema import OP_SCHEMAS, OpSchema, Value
 KCLASS_NAME = re.compile(r"[A-Za-z][A-Za-z0-9_]*")
 KCLASS_FIELDS = ("k_multiple_blocks", "vector_bytes")
 # Optional fields: 0 (the default) means "no bound" / "not used by this op's kernel".
-KCLASS_OPTIONAL = ("max_k", "row_threads", "cta_rows")
+KCLASS_OPTIONAL = ("max_k", "units", "cluster")
 VECTOR_BYTES = (0, 1, 2, 4, 8, 16)
 
 
@@ -43,12 +43,14 @@ def kclass_problem(fields: Mapping[str, Any], required: tuple[str, ...] = ()) ->
         return "vector_bytes", f"expected one of {list(VECTOR_BYTES)}, got {vb!r}"
     if "max_k" in fields and _int_problem(fields["max_k"], 0):
         return "max_k", _int_problem(fields["max_k"], 0)  # type: ignore[return-value]
-    for key in ("row_threads", "cta_rows"):
-        v = fields.get(key, 0)
-        if v and (_int_problem(v, 1, 1024) or v & (v - 1)):
-            return key, f"expected a power of two in 1..1024, got {v!r}"
-    if fields.get("row_threads", 0) * fields.get("cta_rows", 1) > 1024:
-        return "cta_rows", "row_threads * cta_rows (threads per CTA) must be at most 1024"
+    if "units" in fields and _int_problem(fields["units"], 0, 8):
+        return "units", _int_problem(fields["units"], 0, 8)  # type: ignore[return-value]
+    for key in required:
+        if fields[key] == 0:
+            return key, "must be non-zero for this op's kernel"
+    v = fields.get("cluster", 1)
+    if _int_problem(v, 1, 8) or v & (v - 1):
+        return "cluster", f"expected 1, 2, 4 or 8 (CTAs of a thread-block cluster), got {v!r}"
     return None
 
 
@@ -58,17 +60,17 @@ class KClass:
 
     `k_multiple_blocks`: K is a multiple of this many scale blocks. `vector_bytes`: pointers
     and row strides are aligned to this (0: element-size accesses, no requirement).
-    `max_k`: largest K in elements (0: unbounded). `row_threads` / `cta_rows`: how a kernel
-    that keeps whole rows on chip splits a row over threads and packs rows into a CTA
-    (0 where the op's kernel does not use them).
+    `max_k`: largest K in elements (0: unbounded). For kernels that keep whole rows on chip:
+    `units` is the scale blocks each thread holds and `cluster` the CTAs (of a thread-block
+    cluster) that share one row (0 / 1 where the op's kernel does not use them).
     """
 
     name: str
     k_multiple_blocks: int
     vector_bytes: int
     max_k: int = 0
-    row_threads: int = 0
-    cta_rows: int = 0
+    units: int = 0
+    cluster: int = 1
 
     @property
     def specificity(self) -> tuple[int, int, float]:
@@ -86,8 +88,8 @@ class KClass:
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-able form, keys sorted."""
-        return {"cta_rows": self.cta_rows, "k_multiple_blocks": self.k_multiple_blocks,
-                "max_k": self.max_k, "name": self.name, "row_threads": self.row_threads,
+        return {"cluster": self.cluster, "k_multiple_blocks": self.k_multiple_blocks,
+                "max_k": self.max_k, "name": self.name, "units": self.units,
                 "vector_bytes": self.vector_bytes}
 
     @classmethod
