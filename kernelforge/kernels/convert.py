@@ -58,6 +58,26 @@ def umax(a: Uint32, b: Uint32, *, loc=None, ip=None) -> Uint32:
 
 
 @dsl_user_op
+def abs_max_u16x2(acc: Uint32, w: Uint32, *, loc=None, ip=None) -> Uint32:
+    """Per 16-bit half: max(acc, w with its sign bit cleared) (|x| of two bf16/fp16 values)."""
+    return Uint32(
+        _asm(T.i32(), [_u32(acc, loc, ip), _u32(w, loc, ip)],
+             "{ .reg .b32 t; and.b32 t, $2, 0x7FFF7FFF; max.u16x2 $0, $1, t; }", "=r,r,r", loc, ip)
+    )
+
+
+@dsl_user_op
+def half_amax_bits(acc: Uint32, is_bf16: bool, *, loc=None, ip=None) -> Uint32:
+    """fp32 bits of the larger 16-bit half of acc (bf16 or fp16 magnitude bits; NaN/Inf kept)."""
+    if is_bf16:
+        text = "{ .reg .b32 lo, hi; and.b32 lo, $1, 0xFFFF; shr.u32 hi, $1, 16; max.u32 lo, lo, hi; shl.b32 $0, lo, 16; }"
+    else:
+        text = ("{ .reg .b32 lo, hi; .reg .b16 h; .reg .f32 f; and.b32 lo, $1, 0xFFFF; shr.u32 hi, $1, 16;\n"
+                "max.u32 lo, lo, hi; cvt.u16.u32 h, lo; cvt.f32.f16 f, h; mov.b32 $0, f; }")
+    return Uint32(_asm(T.i32(), [_u32(acc, loc, ip)], text, "=r,r", loc, ip))
+
+
+@dsl_user_op
 def mul_rn(a: Float32, b: Float32, *, loc=None, ip=None) -> Float32:
     """a * b, correctly rounded, never contracted into an FMA, subnormals kept."""
     return Float32(

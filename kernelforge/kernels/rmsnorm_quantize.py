@@ -128,9 +128,11 @@ class RMSNormQuantizeKernel:
                 if row < m_rows and b < k_blocks:
                     w = cute.make_rmem_tensor(B, dtype)
                     cute.autovec_copy(gW[(None,), b], w)
+                    y16 = cute.make_rmem_tensor(B, dtype)
+                    y16.store(((h[i].load().to(Float32) * rstd) * w.load().to(Float32)).to(dtype))
                     y = cute.make_rmem_tensor(B, Float32)
-                    y.store(((h[i].load().to(Float32) * rstd) * w.load().to(Float32)).to(dtype).to(Float32))
-                    mS[s_off] = Uint8(self.q.quantize(y, gQ[(0, None), (row, b)], enc_g, inv_g))
+                    y.store(y16.load().to(Float32))
+                    mS[s_off] = Uint8(self.q.quantize(y, gQ[(0, None), (row, b)], enc_g, inv_g, y16))
                 else:
                     mS[s_off] = Uint8(0)
 

@@ -13,7 +13,7 @@ from kernelforge.spec.schema import OP_SCHEMAS, OpSchema, Value
 KCLASS_NAME = re.compile(r"[A-Za-z][A-Za-z0-9_]*")
 KCLASS_FIELDS = ("k_multiple_blocks", "vector_bytes")
 # Optional fields: 0 (the default) means "no bound" / "not used by this op's kernel".
-KCLASS_OPTIONAL = ("max_k", "units", "cluster")
+KCLASS_OPTIONAL = ("max_k", "elements", "cluster")
 VECTOR_BYTES = (0, 1, 2, 4, 8, 16)
 
 
@@ -43,8 +43,9 @@ def kclass_problem(fields: Mapping[str, Any], required: tuple[str, ...] = ()) ->
         return "vector_bytes", f"expected one of {list(VECTOR_BYTES)}, got {vb!r}"
     if "max_k" in fields and _int_problem(fields["max_k"], 0):
         return "max_k", _int_problem(fields["max_k"], 0)  # type: ignore[return-value]
-    if "units" in fields and _int_problem(fields["units"], 0, 8):
-        return "units", _int_problem(fields["units"], 0, 8)  # type: ignore[return-value]
+    v = fields.get("elements", 0)
+    if _int_problem(v, 0, 256) or v % 32:
+        return "elements", f"expected a multiple of 32 in 32..256 (whole blocks of every format), got {v!r}"
     for key in required:
         if fields[key] == 0:
             return key, "must be non-zero for this op's kernel"
@@ -61,15 +62,15 @@ class KClass:
     `k_multiple_blocks`: K is a multiple of this many scale blocks. `vector_bytes`: pointers
     and row strides are aligned to this (0: element-size accesses, no requirement).
     `max_k`: largest K in elements (0: unbounded). For kernels that keep whole rows on chip:
-    `units` is the scale blocks each thread holds and `cluster` the CTAs (of a thread-block
-    cluster) that share one row (0 / 1 where the op's kernel does not use them).
+    `elements` is how many elements (whole scale blocks) each thread holds and `cluster` the
+    CTAs (of a thread-block cluster) that share one row (0 / 1 where the op does not use them).
     """
 
     name: str
     k_multiple_blocks: int
     vector_bytes: int
     max_k: int = 0
-    units: int = 0
+    elements: int = 0
     cluster: int = 1
 
     @property
@@ -89,7 +90,7 @@ class KClass:
     def to_dict(self) -> dict[str, Any]:
         """JSON-able form, keys sorted."""
         return {"cluster": self.cluster, "k_multiple_blocks": self.k_multiple_blocks,
-                "max_k": self.max_k, "name": self.name, "units": self.units,
+                "elements": self.elements, "max_k": self.max_k, "name": self.name,
                 "vector_bytes": self.vector_bytes}
 
     @classmethod

@@ -158,7 +158,7 @@ OP_SCHEMAS: dict[str, OpSchema] = {
             (),
             (Constraint(("format", "scale_mode"), _scale_mode_fits_format),),
             domains=(HALF_DTYPE,),
-            kclass_required=("max_k", "units"),
+            kclass_required=("max_k", "elements"),
         ),
     )
 }

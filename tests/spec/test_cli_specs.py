@@ -40,16 +40,16 @@ def test_show_json(default_spec):
     assert first["name"] == "quantize.mxfp8.floor.linear.bfloat16.aligned.sm_90a.t128u1"
     assert first["symbol"].startswith("kf_quantize_mxfp8")
     assert first["axes"]["threads"] == 128
-    assert first["kclass"] == {"cluster": 1, "k_multiple_blocks": 4, "max_k": 0, "name": "aligned",
-                               "units": 0, "vector_bytes": 16}
+    assert first["kclass"] == {"cluster": 1, "elements": 0, "k_multiple_blocks": 4, "max_k": 0, "name": "aligned",
+                               "vector_bytes": 16}
 
 
 def test_show_env_spec_dir(default_spec, monkeypatch):
     monkeypatch.setenv("KERNELFORGE_SPEC_DIR", str(default_spec.parent))
     r = runner.invoke(app, ["specs", "show", "--format", "json"])
     assert r.exit_code == 0, r.output
-    # Every default spec file of the directory: quantize (120) + rmsnorm_quantize (560).
-    assert json.loads(r.stdout)["count"] == 680
+    # Every default spec file of the directory: quantize (120) + rmsnorm_quantize (480).
+    assert json.loads(r.stdout)["count"] == 600
 
 
 @pytest.mark.parametrize("args", [["--arch", "sm_89"], ["--format", "json", "--arch", "sm_89"]])

@@ -78,8 +78,8 @@ def test_canonical_golden_and_stable(variants, default_spec):
         "axes": {"arch": "sm_90a", "dtype": "bfloat16", "format": "mxfp8", "kclass": "aligned",
                  "layout": "linear", "scale_mode": "floor", "threads": 128,
                  "units_per_thread": 1},
-        "kclass": {"cluster": 1, "k_multiple_blocks": 4, "max_k": 0, "name": "aligned",
-                   "units": 0, "vector_bytes": 16},
+        "kclass": {"cluster": 1, "elements": 0, "k_multiple_blocks": 4, "max_k": 0, "name": "aligned",
+                   "vector_bytes": 16},
         "op": "quantize",
     }
     again = load_specs([default_spec])
@@ -137,8 +137,8 @@ def test_kclass_accepts_and_specificity():
 
 
 def test_hidden_size_classes_bound_k_and_the_tightest_is_most_specialized():
-    h1k = KClass("h1k", 1, 16, max_k=1024, units=1)
-    h4k = KClass("h4k", 1, 16, max_k=4096, units=2, cluster=2)
+    h1k = KClass("h1k", 1, 16, max_k=1024, elements=32)
+    h4k = KClass("h4k", 1, 16, max_k=4096, elements=64, cluster=2)
     unbounded = KClass("any16", 1, 16)
     assert h1k.accepts(1024, 16, 16, 2048) and not h1k.accepts(1040, 16, 16, 2080)
     assert h4k.accepts(4096, 32, 16, 8192) and not h4k.accepts(4128, 32, 16, 8256)
@@ -154,10 +154,10 @@ def test_kclass_from_dict_rejects_bad():
         KClass.from_dict({"name": "x", "k_multiple_blocks": 1})
     with pytest.raises(SpecError, match="k_multiple_blocks"):
         KClass.from_dict({"name": "x", "k_multiple_blocks": 0, "vector_bytes": 0})
-    with pytest.raises(SpecError, match="units"):
-        KClass.from_dict({"name": "x", "k_multiple_blocks": 1, "vector_bytes": 16, "units": 9})
+    with pytest.raises(SpecError, match="elements"):
+        KClass.from_dict({"name": "x", "k_multiple_blocks": 1, "vector_bytes": 16, "elements": 48})
     with pytest.raises(SpecError, match="cluster"):
-        KClass.from_dict({"name": "x", "k_multiple_blocks": 1, "vector_bytes": 16, "units": 2, "cluster": 3})
+        KClass.from_dict({"name": "x", "k_multiple_blocks": 1, "vector_bytes": 16, "elements": 32, "cluster": 3})
     with pytest.raises(SpecError, match="max_k"):
         KClass.from_dict({"name": "x", "k_multiple_blocks": 1, "vector_bytes": 16, "max_k": -1})
 
