@@ -205,3 +205,23 @@ print(json.dumps({"seconds": dt, "heavy": bad, "tc": tc, "id": tid}))
     assert tc["tvm_ffi_abi"].count(".") == 1
     assert "--gpu-arch" not in tc["compile_options"]  # the arch is a variant axis, keyed there
     assert len(info["id"]) == 64
+
+
+def test_every_kernel_module_belongs_to_some_op():
+    """A new kernels/*.py file must be registered in OP_SOURCES, or edits to it would not rebuild."""
+    from kernelforge.sources import KERNELS_DIR, SHARED_SOURCES
+
+    registered = {p for files in OP_SOURCES.values() for p in files} | set(SHARED_SOURCES)
+    on_disk = {f"kernels/{f.name}" for f in KERNELS_DIR.glob("*.py") if f.name != "__init__.py"}
+    assert on_disk <= registered, on_disk - registered
+
+
+def test_source_hash_is_per_op():
+    """Each op hashes its own kernel plus the shared helpers, not the other ops' kernels."""
+    q, r = source_files("quantize"), source_files("rmsnorm_quantize")
+    assert any(f.name == "quantize.py" for f in q) and not any(f.name == "rmsnorm_quantize.py" for f in q)
+    assert any(f.name == "rmsnorm_quantize.py" for f in r) and not any(f.name == "quantize.py" for f in r)
+    assert {f.name for f in q} & {f.name for f in r} >= {"convert.py", "blockscale.py", "formats.py"}
+    assert source_hash("quantize") != source_hash("rmsnorm_quantize")
+    with pytest.raises(ValueError, match="no kernel sources registered"):
+        source_files("dequantize")

@@ -1,0 +1,104 @@
+"""torch.library integration on the CPU: op registration, fake (meta) implementations with
+exact shapes and dtypes, and torch.compile(fullgraph=True) tracing with no graph break."""
+from __future__ import annotations
+
+import pytest
+import torch
+from torch._subclasses.fake_tensor import FakeTensorMode
+
+import kernelforge
+import kernelforge.ops  # noqa: F401  (registers torch.ops.kernelforge.*)
+from kernelforge.formats import FORMATS
+
+
+def expected(fmt: str, shape: tuple[int, ...], layout: str):
+    """(data shape, data dtype, scale shape, scale dtype) from NUMERICS.md."""
+    f = FORMATS[fmt]
+    m = 1
+    for d in shape[:-1]:
+        m *= d
+    k = shape[-1]
+    data = ((*shape[:-1], k * f.element_bits // 8), getattr(torch, f.data_dtype))
+    kb = k // f.block
+    s = (m, kb) if layout == "linear" else ((m + 127) // 128 * 128, (kb + 3) // 4 * 4)
+    return (*data, s, getattr(torch, f.scale_dtype))
+
+
+def test_ops_are_registered_with_the_mutation_declared():
+    ops = torch.ops.kernelforge
+    for name in ("quantize", "rmsnorm_quantize", "add_rmsnorm_quantize"):
+        assert hasattr(ops, name)
+    schema = ops.add_rmsnorm_quantize.default._schema
+    residual = next(a for a in schema.arguments if a.name == "residual")
+    assert residual.alias_info is not None and residual.alias_info.is_write
+    for name in ("quantize", "rmsnorm_quantize"):
+        assert all(a.alias_info is None for a in getattr(ops, name).default._schema.arguments)
+
+
+@pytest.mark.parametrize("fmt", list(FORMATS))
+@pytest.mark.parametrize("layout", ["linear", "swizzled"])
+@pytest.mark.parametrize("shape", [(130, 512), (2, 3, 1024), (0, 256)])
+def test_fake_implementations(fmt, layout, shape):
+    mode = "none" if FORMATS[fmt].has_global_scale else "rceil"
+    with FakeTensorMode():
+        x = torch.empty(shape, dtype=torch.bfloat16)
+        w = torch.empty(shape[-1], dtype=torch.bfloat16)
+        outs = [
+            torch.ops.kernelforge.quantize(x, fmt, layout, mode, None),
+            torch.ops.kernelforge.rmsnorm_quantize(x, w, fmt, 1e-6, layout, mode, None),
+            torch.ops.kernelforge.add_rmsnorm_quantize(x, torch.empty_like(x), w, fmt, 1e-6, layout, mode, None),
+        ]
+    d_shape, d_dtype, s_shape, s_dtype = expected(fmt, shape, layout)
+    for d, s in outs:
+        assert (tuple(d.shape), d.dtype, tuple(s.shape), s.dtype) == (d_shape, d_dtype, s_shape, s_dtype)
+
+
+def test_fake_rejects_bad_format():
+    with FakeTensorMode(), pytest.raises(ValueError, match="^format: expected one of"):
+        torch.ops.kernelforge.quantize(torch.empty(4, 64), "fp8", "linear", "floor", None)
+
+
+def _capture(fn, *args):
+    """Trace fn with fullgraph=True; return the FX graph (not run: no GPU here)."""
+    graphs = []
+
+    def backend(gm, example_inputs):
+        graphs.append(gm)
+        out = next(n for n in gm.graph.nodes if n.op == "output").args[0]
+        vals = [n.meta["example_value"] for n in out]
+        return lambda *a: tuple(torch.empty(v.shape, dtype=v.dtype) for v in vals)
+
+    torch._dynamo.reset()
+    torch.compile(fn, backend=backend, fullgraph=True)(*args)
+    assert len(graphs) == 1
+    return graphs[0]
+
+
+def test_compile_traces_every_op_without_graph_breaks():
+    def block(x, r, w, g):
+        d0, s0 = kernelforge.quantize(x * 2, "nvfp4", layout="swizzled", global_scale=g)
+        d1, s1 = kernelforge.rmsnorm_quantize(x, w, "mxfp8", scale_mode="rceil")
+        d2, s2 = kernelforge.add_rmsnorm_quantize(x, r, w, "mxfp4", eps=1e-5)
+        return d0, s0, d1, s1, d2, s2, r + 1
+
+    x = torch.randn(3, 5, 256, dtype=torch.bfloat16)
+    r = torch.randn_like(x)
+    w = torch.randn(256, dtype=torch.bfloat16)
+    gm = _capture(block, x, r, w, torch.ones(1))
+    targets = [str(n.target) for n in gm.graph.nodes if n.op == "call_function"]
+    for name in ("kernelforge.quantize", "kernelforge.rmsnorm_quantize", "kernelforge.add_rmsnorm_quantize"):
+        assert any(name in t for t in targets), (name, targets)
+
+
+def test_compile_with_out_buffers_copies_into_them():
+    def f(x, w, d, s):
+        return kernelforge.rmsnorm_quantize(x, w, "nvfp4", out=(d, s))
+
+    x = torch.randn(128, 256, dtype=torch.bfloat16)
+    w = torch.randn(256, dtype=torch.bfloat16)
+    d = torch.empty(128, 128, dtype=torch.uint8)
+    s = torch.empty(128, 16, dtype=torch.float8_e4m3fn)
+    gm = _capture(f, x, w, d, s)
+    targets = [str(n.target) for n in gm.graph.nodes if n.op in ("call_function", "call_method")]
+    assert any("kernelforge.rmsnorm_quantize" in t for t in targets)
+    assert sum("copy_" in t for t in targets) == 2, targets

@@ -1,0 +1,44 @@
+"""The default fused RMSNorm+quantize spec: hidden-size classes, variant count, required fields."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from kernelforge.errors import SpecError
+from kernelforge.spec import load_specs
+from kernelforge.spec.loader import load_spec
+
+SPEC = Path(__file__).resolve().parents[2] / "specs" / "rmsnorm_quantize.toml"
+
+
+def test_default_fused_spec():
+    spec = load_spec(SPEC)
+    assert spec.op == "rmsnorm_quantize" and len(spec.variants) == 480
+    bounds = sorted(kc.max_k for kc in spec.kclasses.values())
+    assert bounds[0] <= 1024 and bounds[-1] == 32768  # hidden sizes up to 32768 (issue 3)
+    assert all(kc.elements and kc.vector_bytes == 16 for kc in spec.kclasses.values())
+    v = spec.variants[0]
+    assert v.name == "rmsnorm_quantize.mxfp8.floor.linear.bfloat16.none.h1k.sm_90a"
+    assert {x.residual for x in spec.variants} == {"none", "add"}
+    assert {x.dtype for x in spec.variants} == {"bfloat16", "float16"}
+
+
+def test_fused_spec_requires_hidden_class_fields(tmp_path):
+    text = SPEC.read_text().replace("max_k = 1024\n", "", 1)
+    p = tmp_path / "f.toml"
+    p.write_text(text)
+    with pytest.raises(SpecError, match=r"f\.toml:\d+: \[kclass\.h1k\]: missing key 'max_k'"):
+        load_spec(p)
+
+
+def test_fused_spec_rejects_float32(tmp_path):
+    p = tmp_path / "f.toml"
+    p.write_text(SPEC.read_text().replace('dtype = ["bfloat16", "float16"]', 'dtype = ["bfloat16", "float32"]'))
+    with pytest.raises(SpecError, match="unknown value 'float32'"):
+        load_spec(p)
+
+
+def test_both_default_specs_load_together():
+    variants = load_specs([SPEC.parent / "quantize.toml", SPEC])
+    assert len(variants) == 600 and len({v.symbol for v in variants}) == 600
