@@ -1,0 +1,71 @@
+"""SASS instruction counts of cached kernels (run where `cuobjdump` exists, e.g. the GPU runner).
+
+The kernels are fully unrolled, so instructions per element = SASS instructions of the kernel
+divided by the elements one thread handles; that is the ALU side of the bandwidth budget.
+Usage: python benchmarks/sass_stats.py [NAME_GLOB ...]
+"""
+from __future__ import annotations
+
+import fnmatch
+import json
+import re
+import struct
+import subprocess
+import tempfile
+import sys
+from collections import Counter
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from kernelforge.config import resolve_cache_root  # noqa: E402
+from kernelforge.formats import FORMATS  # noqa: E402
+
+INSTR = re.compile(r"/\*[0-9a-f]{4,}\*/\s+(@!?U?P\w+\s+)?([A-Z][A-Z0-9_.]+)")
+DEFAULT = ["quantize.*.linear.bfloat16.aligned.sm_90a.*", "rmsnorm_quantize.*.linear.bfloat16.none.h8k.sm_90a",
+           "rmsnorm_quantize.*.linear.bfloat16.none.h32k.sm_90a"]
+
+
+def elements_per_thread(entry: dict) -> int:
+    v = entry["variant"]
+    fmt = FORMATS[v["axes"]["format"]]
+    if entry["op"] == "quantize":
+        return fmt.block * int(v["axes"]["units_per_thread"])
+    return int(v["kclass"]["elements"])
+
+
+def embedded_cubins(so: Path, out_dir: Path) -> list[Path]:
+    """CuTe-DSL modules embed their cubin as a data blob: cut out every CUDA ELF (e_machine 190)."""
+    data = so.read_bytes()
+    found, pos = [], data.find(b"\x7fELF", 1)
+    while pos > 0:
+        if struct.unpack_from("<H", data, pos + 18)[0] == 190:
+            shoff = struct.unpack_from("<Q", data, pos + 0x28)[0]
+            shentsize, shnum = struct.unpack_from("<HH", data, pos + 0x3A)
+            path = out_dir / f"{so.parent.name}-{len(found)}.cubin"
+            path.write_bytes(data[pos: pos + shoff + shentsize * shnum])
+            found.append(path)
+        pos = data.find(b"\x7fELF", pos + 1)
+    return found
+
+
+def main() -> None:
+    pats = sys.argv[1:] or DEFAULT
+    root, _ = resolve_cache_root(None)
+    index = json.loads((root / "v1" / "index.json").read_text())["entries"]
+    rows = []
+    for e in index.values():
+        if e.get("kind") != "kernel" or not any(fnmatch.fnmatch(e["name"], p) for p in pats):
+            continue
+        so = root / "v1" / "artifacts" / e["key"][:2] / e["key"] / e["main_file"]
+        sass = "".join(subprocess.run(["cuobjdump", "-sass", str(c)], capture_output=True, text=True).stdout
+                       for c in embedded_cubins(so, Path(tempfile.mkdtemp())))
+        ops = Counter(m.group(2).split(".")[0] for m in INSTR.finditer(sass))
+        n = sum(ops.values()) - ops.get("NOP", 0)
+        ept = elements_per_thread(e)
+        rows.append((e["name"], n, ept, n / ept, ops.most_common(8)))
+    for name, n, ept, per, top in sorted(rows):
+        print(f"{name:70} {n:5d} SASS instr / {ept:3d} elements = {per:5.1f} per element; top {top}")
+
+
+if __name__ == "__main__":
+    main()
