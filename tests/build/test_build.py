@@ -83,7 +83,7 @@ def _tmp_leftovers(store: CacheStore) -> list[Path]:
 def test_cli_build(built_cache):
     assert built_cache.exit_code == 0, built_cache.output
     out = built_cache.output
-    assert f"cache: {built_cache.root} (--cache); 2 variant(s) from 1 spec file(s)" in out
+    assert f"cache: {built_cache.root} (--cache); 2 variant(s) from 2 spec file(s)" in out
     assert _summary(out) == (2, 0, 0)
     assert sorted(BUILT_LINE.findall(out)) == sorted(NAMES)
     assert "compile time per variant: min" in out
@@ -219,14 +219,15 @@ def test_full_catalog_noop_is_fast(tmp_path):
     from kernelforge.build.toolchain import current_toolchain_id, toolchain
     from kernelforge.sources import source_hash
 
-    variants = load_specs([SPEC])
-    assert len(variants) >= 100
-    tc, tc_id, src = toolchain(), current_toolchain_id(), source_hash()
+    variants = load_specs(sorted(SPEC.parent.glob("*.toml")))  # the default catalog: every spec file
+    assert len(variants) >= 500
+    tc, tc_id = toolchain(), current_toolchain_id()
     store = CacheStore(tmp_path / "cache")
     for v in variants:
         staging = tmp_path / "stage"
         staging.mkdir()
         (staging / "module.so").write_bytes(b"not really a module " + v.name.encode())
+        src = source_hash(v.op)
         store.publish(variant_key(v.canonical(), src, tc), staging, kind="kernel", op=v.op, name=v.name,
                       variant=v.canonical(), arch=v.arch, toolchain_id=tc_id, toolchain=tc,
                       source_hash=src, main_file="module.so", build_time_s=0.0)
@@ -340,7 +341,7 @@ def test_compile_one_failure_in_process(tmp_path, monkeypatch, partial):
     v = _catalog_variants([NAMES[0]])[0]
     store = CacheStore(tmp_path / "cache")
     key = "ab" * 32
-    r = driver._compile_one(v, key, str(store.root), str(tmp_path / "nope.so"), "cd" * 32, "src", {}, "tc")
+    r = driver._compile_one(v, key, str(store.root), str(tmp_path / "nope.so"), "cd" * 32, {}, "tc")
     assert r.status == "failed" and r.name == v.name and r.key == key
     assert r.error == f"RuntimeError: boom compiling {v.name}"
     assert store.index(fresh=True) == {}

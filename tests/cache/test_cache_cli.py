@@ -24,7 +24,10 @@ runner = CliRunner()
 @pytest.fixture
 def store(tmp_path: Path) -> CacheStore:
     s = CacheStore(tmp_path / "cache")
-    s.get_or_build(h.key_of("a"), h.fake_build(b"aaaa", name="q_mxfp8_k128"))
+    from kernelforge.sources import source_hash
+
+    # "a" is current (toolchain tc-aaaa, today's quantize sources); "b" has an old toolchain.
+    s.get_or_build(h.key_of("a"), h.fake_build(b"aaaa", name="q_mxfp8_k128", source_hash=source_hash("quantize")))
     s.get_or_build(h.key_of("b"), h.fake_build(b"bb", name="q_nvfp4_k64", toolchain_id="tc-old"))
     return s
 
@@ -91,4 +94,15 @@ def test_clean_stale_with_toolchain(store: CacheStore, monkeypatch: pytest.Monke
     res = run("clean", "--cache", str(store.root), "--stale")
     assert res.exit_code == 0, res.output
     assert "removed 1 entries" in res.output
+    assert set(store.index()) == {h.key_of("a")}
+
+
+def test_clean_stale_drops_other_kernel_sources(store: CacheStore, monkeypatch: pytest.MonkeyPatch) -> None:
+    fake = types.ModuleType("kernelforge.build.toolchain")
+    fake.current_toolchain_id = lambda: "tc-aaaa"  # type: ignore[attr-defined]
+    monkeypatch.setitem(sys.modules, "kernelforge.build.toolchain", fake)
+    store.get_or_build(h.key_of("c"), h.fake_build(b"cc", name="q_old_sources", source_hash="0" * 64))
+    res = run("clean", "--cache", str(store.root), "--stale")
+    assert res.exit_code == 0, res.output
+    assert "removed 2 entries" in res.output  # the old toolchain's and the old sources'
     assert set(store.index()) == {h.key_of("a")}
