@@ -1,6 +1,8 @@
 """GPU timing helpers shared by the benchmarks: CUDA events, CUDA-graph replay, copy bandwidth."""
 from __future__ import annotations
 
+import time
+
 import torch
 
 L2_BYTES = 50 * 2**20
@@ -50,3 +52,18 @@ def rotating_inputs(m: int, k: int, dtype: torch.dtype = torch.bfloat16, cap: in
     """Enough [m, k] random inputs to cycle through more than 4x the L2 size (at most `cap`)."""
     n = max(2, (4 * L2_BYTES) // (m * k * 2) + 1)
     return [torch.randn(m, k, device="cuda", dtype=dtype) for _ in range(min(n, cap))]
+
+
+def host_us(f, *, n: int = 20000) -> float:
+    """Host time per call of f() in microseconds: best of 5 loops of n calls (GPU not waited on)."""
+    for _ in range(200):
+        f()
+    torch.cuda.synchronize()
+    best = float("inf")
+    for _ in range(5):
+        t = time.perf_counter()
+        for _ in range(n):
+            f()
+        best = min(best, (time.perf_counter() - t) / n * 1e6)
+        torch.cuda.synchronize()
+    return best

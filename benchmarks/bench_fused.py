@@ -15,7 +15,6 @@ import argparse
 import json
 import math
 import sys
-import time
 from pathlib import Path
 
 import torch
@@ -24,7 +23,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import kernelforge  # noqa: E402
 import kernelforge.ops  # noqa: E402,F401
-from _timing import L2_BYTES, bench_us, copy_bandwidth, graph_us  # noqa: E402
+from _timing import L2_BYTES, bench_us, copy_bandwidth, graph_us, host_us  # noqa: E402
 from kernelforge.formats import FORMATS  # noqa: E402
 from kernelforge.ops.reference import add_rmsnorm_ref, quantize_ref, rmsnorm_ref  # noqa: E402
 
@@ -140,26 +139,11 @@ def host_overhead() -> dict:
               ("scale_mode", "floor"))
     fn = _common.kernel_for("rmsnorm_quantize", coords, 0, 1024, 32, x.data_ptr(), 2048)
     op = torch.ops.kernelforge.rmsnorm_quantize
-    n = 20000
-
-    def per_call(f) -> float:
-        for _ in range(200):
-            f()
-        torch.cuda.synchronize()
-        best = float("inf")
-        for _ in range(5):
-            t = time.perf_counter()
-            for _ in range(n):
-                f()
-            best = min(best, (time.perf_counter() - t) / n * 1e6)
-            torch.cuda.synchronize()
-        return best
-
     r = {
-        "direct_us": per_call(lambda: fn(x, None, w, q, s, None, 1e-6)),
-        "python_out_us": per_call(lambda: kernelforge.rmsnorm_quantize(x, w, "mxfp8", out=res)),
-        "python_alloc_us": per_call(lambda: kernelforge.rmsnorm_quantize(x, w, "mxfp8")),
-        "custom_op_us": per_call(lambda: op(x, w, "mxfp8", 1e-6, "linear", "floor", None)),
+        "direct_us": host_us(lambda: fn(x, None, w, q, s, None, 1e-6)),
+        "python_out_us": host_us(lambda: kernelforge.rmsnorm_quantize(x, w, "mxfp8", out=res)),
+        "python_alloc_us": host_us(lambda: kernelforge.rmsnorm_quantize(x, w, "mxfp8")),
+        "custom_op_us": host_us(lambda: op(x, w, "mxfp8", 1e-6, "linear", "floor", None)),
     }
     print("host per call (rmsnorm_quantize, 128x1024): " + ", ".join(f"{k} {v:.2f}" for k, v in r.items()), flush=True)
     return r

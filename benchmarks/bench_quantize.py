@@ -21,7 +21,7 @@ from kernelforge.formats import FORMATS  # noqa: E402
 from kernelforge.ops.reference import quantize_ref  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _timing import L2_BYTES, bench_us, copy_bandwidth, graph_us, rotating_inputs  # noqa: E402,F401
+from _timing import L2_BYTES, bench_us, copy_bandwidth, graph_us, host_us, rotating_inputs  # noqa: E402,F401
 
 SHAPES = [(1024, 4096), (4096, 7168), (8192, 7168), (16384, 8192)]
 CASES = [("mxfp8", "floor"), ("mxfp4", "floor"), ("nvfp4", "none")]
@@ -112,24 +112,9 @@ def host_overhead() -> dict:
     q, s = out[0].view(torch.uint8), out[1].view(torch.uint8).view(-1)
     coords = {"format": "mxfp8", "scale_mode": "floor", "layout": "linear", "dtype": "bfloat16"}
     fn, _ = _common.dispatch_table().resolve("quantize", coords, torch.cuda.get_device_capability(), 256, 32, 256, 512)
-    n = 20000
-
-    def per_call(f) -> float:
-        for _ in range(200):
-            f()
-        torch.cuda.synchronize()
-        best = float("inf")
-        for _ in range(5):
-            t = time.perf_counter()
-            for _ in range(n):
-                f()
-            best = min(best, (time.perf_counter() - t) / n * 1e6)
-            torch.cuda.synchronize()
-        return best
-
-    direct = per_call(lambda: fn(x, q, s, None))
-    with_out = per_call(lambda: kernelforge.quantize(x, "mxfp8", out=out))
-    alloc = per_call(lambda: kernelforge.quantize(x, "mxfp8"))
+    direct = host_us(lambda: fn(x, q, s, None))
+    with_out = host_us(lambda: kernelforge.quantize(x, "mxfp8", out=out))
+    alloc = host_us(lambda: kernelforge.quantize(x, "mxfp8"))
     res = {"direct_us": direct, "quantize_out_us": with_out, "quantize_alloc_us": alloc,
            "overhead_out_us": with_out - direct, "overhead_alloc_us": alloc - direct}
     print(f"host per call: direct {direct:.2f} us, quantize(out=) {with_out:.2f} us (+{with_out - direct:.2f}), "

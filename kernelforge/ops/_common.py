@@ -151,10 +151,21 @@ def _check_buffer(name: str, t: object, shape: tuple, dtype: torch.dtype, align:
     return t if tdtype is torch.uint8 else t.view(torch.uint8)
 
 
-def allocate(d_shape: tuple, s_shape: tuple, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
-    """Fresh uint8 (data, scale) buffers; the caller views them as the format's dtypes."""
-    return (torch.empty(d_shape, dtype=torch.uint8, device=device),
-            torch.empty(s_shape, dtype=torch.uint8, device=device))
+def output_buffers(out: Any, device: torch.device, d_shape: tuple, s_shape: tuple, data_dtype: torch.dtype,
+                   scale_dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
+    """The caller's `out` buffers checked, or fresh ones, as uint8 tensors.
+
+    The CUDA check on x's device comes last, so that every other argument error is reported
+    (and testable) without a GPU.
+    """
+    if out is not None:
+        data, scale = check_out(out, device, d_shape, s_shape, data_dtype, scale_dtype)
+    if device.type != "cuda":
+        raise ValueError(f"x: expected a CUDA tensor, got a tensor on {device}")
+    if out is None:
+        data = torch.empty(d_shape, dtype=torch.uint8, device=device)
+        scale = torch.empty(s_shape, dtype=torch.uint8, device=device)
+    return data, scale
 
 
 def results(out: Any, data: torch.Tensor, scale: torch.Tensor, data_dtype: torch.dtype,

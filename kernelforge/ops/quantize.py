@@ -54,13 +54,7 @@ def quantize(
     x2 = x if len(shape) == 2 else x.reshape(-1, k)
     m = x2.shape[0]
     d_shape, s_shape = c.output_shapes(fmt, shape, m, layout)
-    if out is not None:
-        data, scale = c.check_out(out, device, d_shape, s_shape, data_dtype, scale_dtype)
-    # Checked last so that every other argument error is reported (and testable) without a GPU.
-    if device.type != "cuda":
-        raise ValueError(f"x: expected a CUDA tensor, got a tensor on {device}")
-    if out is None:
-        data, scale = c.allocate(d_shape, s_shape, device)
+    data, scale = c.output_buffers(out, device, d_shape, s_shape, data_dtype, scale_dtype)
     if m and k:
         es = DTYPE_BYTES[dtype]
         stride_bytes = x2.stride(0) * es if m > 1 else k * es

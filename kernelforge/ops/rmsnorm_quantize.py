@@ -119,13 +119,7 @@ def _run(x, residual, weight, format, eps, layout, scale_mode, global_scale, out
         c.check_global_scale(global_scale, fmt, device)
     m = x.numel() // h
     d_shape, s_shape = c.output_shapes(fmt, shape, m, layout)
-    if out is not None:
-        data, scale = c.check_out(out, device, d_shape, s_shape, data_dtype, scale_dtype)
-    # Checked last so that every other argument error is reported (and testable) without a GPU.
-    if device.type != "cuda":
-        raise ValueError(f"x: expected a CUDA tensor, got a tensor on {device}")
-    if out is None:
-        data, scale = c.allocate(d_shape, s_shape, device)
+    data, scale = c.output_buffers(out, device, d_shape, s_shape, data_dtype, scale_dtype)
     if m:
         coords = (("dtype", dtype), ("format", fmt.name), ("layout", layout),
                   ("residual", "none" if residual is None else "add"), ("scale_mode", mode))
