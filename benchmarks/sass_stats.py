@@ -1,4 +1,5 @@
-"""SASS instruction counts of cached kernels (run where `cuobjdump` exists, e.g. the GPU runner).
+"""SASS instruction counts of cached kernels (needs `cuobjdump`: the GPU runner, or `pip install
+nvidia-cuda-cuobjdump` here, which puts it under site-packages/nvidia/cu13/bin).
 
 The kernels are fully unrolled, so instructions per element = SASS instructions of the kernel
 divided by the elements one thread handles; that is the ALU side of the bandwidth budget.
@@ -19,6 +20,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from kernelforge.config import resolve_cache_root  # noqa: E402
 from kernelforge.formats import FORMATS  # noqa: E402
+from kernelforge.sources import source_hash  # noqa: E402
 
 INSTR = re.compile(r"/\*[0-9a-f]{4,}\*/\s+(@!?U?P\w+\s+)?([A-Z][A-Z0-9_.]+)")
 DEFAULT = ["quantize.*.linear.bfloat16.aligned.sm_90a.*", "rmsnorm_quantize.*.linear.bfloat16.none.h8k.sm_90a",
@@ -39,10 +41,12 @@ def embedded_cubins(so: Path, out_dir: Path) -> list[Path]:
     found, pos = [], data.find(b"\x7fELF", 1)
     while pos > 0:
         if struct.unpack_from("<H", data, pos + 18)[0] == 190:
-            shoff = struct.unpack_from("<Q", data, pos + 0x28)[0]
-            shentsize, shnum = struct.unpack_from("<HH", data, pos + 0x3A)
+            phoff, shoff = struct.unpack_from("<QQ", data, pos + 0x20)
+            phentsize, phnum, shentsize, shnum = struct.unpack_from("<HHHH", data, pos + 0x36)
+            # nvcc/ptxas place the program headers after the section headers: keep both tables.
+            end = max(shoff + shentsize * shnum, phoff + phentsize * phnum)
             path = out_dir / f"{so.parent.name}-{len(found)}.cubin"
-            path.write_bytes(data[pos: pos + shoff + shentsize * shnum])
+            path.write_bytes(data[pos: pos + end])
             found.append(path)
         pos = data.find(b"\x7fELF", pos + 1)
     return found
@@ -56,6 +60,8 @@ def main() -> None:
     for e in index.values():
         if e.get("kind") != "kernel" or not any(fnmatch.fnmatch(e["name"], p) for p in pats):
             continue
+        if e.get("source_hash") != source_hash(e["op"]):
+            continue  # built from other kernel sources than this checkout's
         so = root / "v1" / "artifacts" / e["key"][:2] / e["key"] / e["main_file"]
         sass = "".join(subprocess.run(["cuobjdump", "-sass", str(c)], capture_output=True, text=True).stdout
                        for c in embedded_cubins(so, Path(tempfile.mkdtemp())))

@@ -60,20 +60,24 @@ class BlockQuantizer:
     @cute.jit
     def quantize(self, x: cute.Tensor, dst: cute.Tensor, enc_g: Float32, inv_g: Float32,
                  x16: cute.Tensor = None) -> Uint32:
-        """Quantize the fp32 register block `x` (B values) into `dst`; return its scale byte.
+        """Quantize the register block `x` (B fp32 values) into `dst`; return its scale byte.
 
         `x16`, when given, holds the same values in their 16-bit input dtype: the amax is then
-        taken two at a time on the packed words (half the instructions).
+        taken two at a time on the packed words, signs come from them, and the MX FP4 path
+        converts them two at a time without touching `x` (which the compiler then drops).
         """
+        mag = None  # |x16| as packed words
         amax_bits = Uint32(0)  # integer max over |x| bit patterns: NaN-aware, no fp compares
         if cutlass.const_expr(x16 is None):
             for i in cutlass.range_constexpr(self.block):
                 amax_bits = cv.umax(amax_bits, cv.f32_bits(x[i]) & cv.ABS_MASK)
         else:
             packed = cute.recast_tensor(x16, Uint32)
+            mag = cute.make_rmem_tensor(self.block // 2, Uint32)
             acc = Uint32(0)
             for i in cutlass.range_constexpr(self.block // 2):
-                acc = cv.abs_max_u16x2(acc, packed[i])
+                mag[i] = packed[i] & Uint32(cv.HALF2_ABS_MASK)
+                acc = cv.max_u16x2(acc, mag[i])
             amax_bits = cv.half_amax_bits(acc, x16.element_type == cutlass.BFloat16)
 
         out = cute.make_rmem_tensor(self.out_bytes, Uint8)
@@ -87,18 +91,19 @@ class BlockQuantizer:
                 enc = cute.arch.fmin(cv.rcp_rn(cv.mul_rn(sf, inv_g)), Float32(FLT_MAX))
             if amax_bits >= Uint32(cv.INF_BITS):
                 scale = Uint32(self.fmt.nan_scale_byte)
-            self.pack(x, enc, words)
+            self.pack(x, x16, mag, enc, words)
         else:
             if cutlass.const_expr(self.scale_mode == "rceil"):
                 scale = cv.ue8m0_rceil(amax_bits, 1.0 / self.fmt.maxv)
             else:
                 scale = cv.ue8m0_floor(amax_bits, self.fmt.emax)
-            self.pack(x, cv.exp2_int(Int32(127) - Int32(scale)), words)
+            self.pack(x, x16, mag, cv.exp2_int(Int32(127) - Int32(scale)), words)
         cute.autovec_copy(out, dst)
         return scale
 
     @cute.jit
-    def pack(self, x: cute.Tensor, factor: Float32, words: cute.Tensor):
+    def pack(self, x: cute.Tensor, x16: cute.Tensor, mag: cute.Tensor, factor: Float32,
+             words: cute.Tensor):
         """Convert x * factor to the element format and pack it into 32-bit words."""
         if cutlass.const_expr(self.fmt.element == "e4m3"):
             for w in cutlass.range_constexpr(self.block // 4):
@@ -110,7 +115,58 @@ class BlockQuantizer:
                 )
         else:
             for w in cutlass.range_constexpr(self.block // 8):
-                word = Uint32(0)
-                for i in cutlass.range_constexpr(8):
-                    word = word | (cv.e2m1_code(cv.mul_rn(x[8 * w + i], factor)) << (4 * i))
-                words[w] = word
+                words[w] = self.e2m1_word(x, x16, mag, factor, 8 * w)
+
+    @cute.jit
+    def e2m1_word(self, x: cute.Tensor, x16: cute.Tensor, mag: cute.Tensor, factor: Float32,
+                  base: cutlass.Constexpr[int]) -> Uint32:
+        """Eight E2M1 codes of x[base:base+8] * factor in one word (element base in bits 0-3).
+
+        Indices and signs are first gathered by byte permutes into U/V = bytes [e0, e2, e1, e3]
+        of each group of four, then interleaved into nibbles: about 1.5 instructions per
+        element instead of a shift and an OR per nibble.
+        """
+        # MX scales are powers of two, so 16-bit inputs times the scale are exact in 16 bits
+        # and the rounding runs two at a time; NVFP4's scale is not, so it rounds in fp32.
+        paired = x16 is not None and not self.nvfp4
+        is_bf16 = x16 is not None and x16.element_type == cutlass.BFloat16
+        uv = []
+        for g in cutlass.range_constexpr(2):
+            i0 = base + 4 * g
+            if cutlass.const_expr(paired):
+                r = []
+                for k in cutlass.range_constexpr(2):
+                    p = i0 // 2 + k
+                    if cutlass.const_expr(is_bf16):
+                        fb = cv.f32_bits(factor)
+                        s = cv.mul_bf16x2(mag[p], cv.prmt(fb, fb, 0x3232))
+                    else:
+                        s = cv.pack_half2(cv.mul_rn(x[2 * p], factor), cv.mul_rn(x[2 * p + 1], factor),
+                                          False) & Uint32(cv.HALF2_ABS_MASK)
+                    r.append(cv.e2m1_index_x2(s, is_bf16))
+                u = cv.prmt(r[0], r[1], 0x6240)  # lo/hi indices sit in bytes 0 and 2
+            else:
+                r = [cv.e2m1_index(cv.mul_rn(x[i0 + k], factor)) for k in range(4)]
+                u = cv.prmt(cv.prmt(r[0], r[1], 0x40), cv.prmt(r[2], r[3], 0x40), 0x5140)
+            if cutlass.const_expr(x16 is not None):
+                packed = cute.recast_tensor(x16, Uint32)
+                signs = cv.prmt(packed[i0 // 2], packed[i0 // 2 + 1], 0xFBD9)  # sign bytes 1 and 3
+            else:
+                b = [cv.f32_bits(x[i0 + k]) for k in range(4)]
+                signs = cv.prmt(cv.prmt(b[0], b[1], 0xFB), cv.prmt(b[2], b[3], 0xFB), 0x5140)
+            uv.append(cv.select_bits(u, signs, 0x07070707))  # index in bits 0-2, sign above
+        even = cv.prmt(uv[0], uv[1], 0x5410)  # elements 0, 2, 4, 6
+        odd = cv.prmt(uv[0], uv[1], 0x7632)  # elements 1, 3, 5, 7
+        return cv.select_bits(even, odd << Uint32(4), 0x0F0F0F0F)
+
+
+@cute.jit
+def widen(x16: cute.Tensor) -> cute.Tensor:
+    """fp32 copy of a bf16/fp16 register block (two values per 32-bit word)."""
+    is_bf16 = x16.element_type == cutlass.BFloat16
+    packed = cute.recast_tensor(x16, Uint32)
+    x = cute.make_rmem_tensor(cute.size(x16), Float32)
+    for i in cutlass.range_constexpr(cute.size(x16) // 2):
+        x[2 * i] = cv.half2_lo(packed[i], is_bf16)
+        x[2 * i + 1] = cv.half2_hi(packed[i], is_bf16)
+    return x

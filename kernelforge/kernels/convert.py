@@ -12,6 +12,7 @@ from cutlass._mlir.dialects import llvm
 from cutlass.cutlass_dsl import T, dsl_user_op
 
 ABS_MASK = 0x7FFFFFFF
+HALF2_ABS_MASK = 0x7FFF7FFF  # |x| of both halves of a bf16x2/f16x2 word
 INF_BITS = 0x7F800000
 SIGN_BIT = 0x80000000
 
@@ -58,11 +59,10 @@ def umax(a: Uint32, b: Uint32, *, loc=None, ip=None) -> Uint32:
 
 
 @dsl_user_op
-def abs_max_u16x2(acc: Uint32, w: Uint32, *, loc=None, ip=None) -> Uint32:
-    """Per 16-bit half: max(acc, w with its sign bit cleared) (|x| of two bf16/fp16 values)."""
+def max_u16x2(a: Uint32, b: Uint32, *, loc=None, ip=None) -> Uint32:
+    """Per 16-bit half unsigned max (on |x| bit patterns of bf16/fp16: NaN-aware magnitude max)."""
     return Uint32(
-        _asm(T.i32(), [_u32(acc, loc, ip), _u32(w, loc, ip)],
-             "{ .reg .b32 t; and.b32 t, $2, 0x7FFF7FFF; max.u16x2 $0, $1, t; }", "=r,r,r", loc, ip)
+        _asm(T.i32(), [_u32(a, loc, ip), _u32(b, loc, ip)], "max.u16x2 $0, $1, $2;", "=r,r,r", loc, ip)
     )
 
 
@@ -160,39 +160,116 @@ def div_rn(a: Float32, b: Float32, *, loc=None, ip=None) -> Float32:
     )
 
 
-@dsl_user_op
-def e2m1_code(y: Float32, *, loc=None, ip=None) -> Uint32:
-    """E2M1 code (sign<<3 | magnitude index) of fp32 y: RNE, satfinite, sign kept on zero.
+# E2M1 rounding by one FMA. With a = min(|y|, 6) and e = max(floor(log2 a), 0), the E2M1 grid
+# step is 2^(e-1). Adding a * 2^(2-m) to M = 2^(e+1) + 2e ulps (m = mantissa bits of the format
+# the FMA runs in) lands on M + round_even(a / 2^(e-1)) ulps: the low three bits of the sum are
+# the magnitude index 2e + q <= 7, with no table and no compares. The sign is merged later.
+E2M1_F32_M0 = (0x40000000 - 127 * 8388610) % (1 << 32)  # M = E * (2^23 + 2) + this, E = biased exp
 
-    a = min(|y|, 6) is rounded onto the E2M1 grid by one FMA: with e = max(floor(log2 a), 0)
-    the grid step is 2^(e-1), and a * 2^-21 + M, where M = 2^(e+1) + 2e ulps, lands on
-    M + round_even(a / 2^(e-1)) ulps. The low three bits of that sum are exactly the
-    magnitude index (2e + rounded quotient <= 7), so no table and no compares are needed.
-    """
+
+@dsl_user_op
+def e2m1_index(y: Float32, *, loc=None, ip=None) -> Uint32:
+    """E2M1 magnitude index of fp32 y (RNE, satfinite) in bits 0-2; bits 3-22 are zero."""
     return Uint32(
         _asm(
             T.i32(),
             [_f32(y, loc, ip)],
-            "{ .reg .f32 a, m, r; .reg .b32 ab, e, mb, rb, sb;\n"
+            "{ .reg .f32 a, t, m, r; .reg .b32 e, mb;\n"
             "abs.f32 a, $1;\n"
             "min.f32 a, a, 0f40C00000;\n"  # satfinite at 6.0
-            "mov.b32 ab, a;\n"
-            "shr.u32 e, ab, 23;\n"
-            "max.u32 e, e, 127;\n"
-            "sub.u32 e, e, 127;\n"  # e = max(floor(log2 a), 0) in {0, 1, 2}
-            "mad.lo.u32 mb, e, 8388610, 1073741824;\n"  # bits of 2^(e+1) plus 2e ulps
+            "max.f32 t, a, 0f3F800000;\n"  # exponent of t is 127 + e
+            "mov.b32 e, t;\n"
+            "shr.u32 e, e, 23;\n"
+            f"mad.lo.u32 mb, e, 8388610, {E2M1_F32_M0};\n"  # bits of 2^(e+1) plus 2e ulps
             "mov.b32 m, mb;\n"
             "fma.rn.f32 r, a, 0f35000000, m;\n"  # a * 2^-21 + M, one rounding
-            "mov.b32 rb, r;\n"
-            "and.b32 rb, rb, 7;\n"
-            "mov.b32 sb, $1;\n"
-            "shr.u32 sb, sb, 28;\n"
-            "and.b32 sb, sb, 8;\n"
-            "or.b32 $0, rb, sb; }",
+            "mov.b32 $0, r; }",
             "=r,f",
             loc,
             ip,
         )
+    )
+
+
+@dsl_user_op
+def e2m1_index_x2(s: Uint32, is_bf16: bool, *, loc=None, ip=None) -> Uint32:
+    """E2M1 magnitude indices of a bf16x2/f16x2 pair of values >= 0 (or NaN), in bits 0-2 / 16-18.
+
+    The same FMA rounding as `e2m1_index`, two at a time on the packed halves; M comes from
+    t = max(min(s, 6), 1) as E + (E >> (m - 1)) + C per half, E = t's exponent field.
+    Exact because the caller's values are exactly representable in the 16-bit format.
+    """
+    if is_bf16:  # m = 7, bias 127: C = 0x80 - 254 per half; the low half always carries one
+        six, one, step, emask, shift, c, sfx = "0x40C040C0", "0x3F803F80", "0x3D003D00", "0x7F807F80", 6, "0xFF81FF82", "bf16x2"
+    else:  # m = 10, bias 15: C = 0x400 - 30 per half, no carry
+        six, one, step, emask, shift, c, sfx = "0x46004600", "0x3C003C00", "0x1C001C00", "0x7C007C00", 9, "0x03E203E2", "f16x2"
+    return Uint32(
+        _asm(
+            T.i32(),
+            [_u32(s, loc, ip)],
+            "{ .reg .b32 a, t, e, m, k6, k1, ks;\n"  # packed ops take no immediates
+            f"mov.b32 k6, {six};\n"
+            f"mov.b32 k1, {one};\n"
+            f"mov.b32 ks, {step};\n"
+            f"min.{sfx} a, $1, k6;\n"
+            f"max.{sfx} t, a, k1;\n"
+            f"and.b32 e, t, {emask};\n"
+            f"shr.u32 m, e, {shift};\n"
+            "add.u32 m, m, e;\n"
+            f"add.u32 m, m, {c};\n"
+            f"fma.rn.{sfx} $0, a, ks, m; }}",
+            "=r,r",
+            loc,
+            ip,
+        )
+    )
+
+
+@dsl_user_op
+def prmt(a: Uint32, b: Uint32, sel: int, *, loc=None, ip=None) -> Uint32:
+    """Byte permute: result byte i = byte sel[4i:4i+3] of (b:a); selector bit 3 replicates its sign."""
+    return Uint32(
+        _asm(T.i32(), [_u32(a, loc, ip), _u32(b, loc, ip)], f"prmt.b32 $0, $1, $2, {sel:#x};", "=r,r,r", loc, ip)
+    )
+
+
+@dsl_user_op
+def select_bits(a: Uint32, b: Uint32, mask: int, *, loc=None, ip=None) -> Uint32:
+    """Bits of a where mask is set, bits of b elsewhere (one LOP3)."""
+    return Uint32(
+        _asm(T.i32(), [_u32(a, loc, ip), _u32(b, loc, ip)],
+             f"lop3.b32 $0, $1, $2, {mask:#x}, 0xE4;", "=r,r,r", loc, ip)
+    )
+
+
+@dsl_user_op
+def half2_lo(w: Uint32, is_bf16: bool, *, loc=None, ip=None) -> Float32:
+    """fp32 value of the low bf16/fp16 half of w (exact)."""
+    text = "shl.b32 $0, $1, 16;" if is_bf16 else "{ .reg .b16 l, h; mov.b32 {l, h}, $1; cvt.f32.f16 $0, l; }"
+    return Float32(_asm(T.f32(), [_u32(w, loc, ip)], text, "=f,r", loc, ip))
+
+
+@dsl_user_op
+def half2_hi(w: Uint32, is_bf16: bool, *, loc=None, ip=None) -> Float32:
+    """fp32 value of the high bf16/fp16 half of w (exact)."""
+    text = "and.b32 $0, $1, 0xFFFF0000;" if is_bf16 else "{ .reg .b16 l, h; mov.b32 {l, h}, $1; cvt.f32.f16 $0, h; }"
+    return Float32(_asm(T.f32(), [_u32(w, loc, ip)], text, "=f,r", loc, ip))
+
+
+@dsl_user_op
+def pack_half2(lo: Float32, hi: Float32, is_bf16: bool, *, loc=None, ip=None) -> Uint32:
+    """Two fp32 values rounded (RNE) to bf16/fp16 and packed, `lo` in the low half."""
+    sfx = "bf16x2" if is_bf16 else "f16x2"
+    return Uint32(
+        _asm(T.i32(), [_f32(lo, loc, ip), _f32(hi, loc, ip)], f"cvt.rn.{sfx}.f32 $0, $2, $1;", "=r,f,f", loc, ip)
+    )
+
+
+@dsl_user_op
+def mul_bf16x2(a: Uint32, b: Uint32, *, loc=None, ip=None) -> Uint32:
+    """Per-half bf16 product a * b, correctly rounded (exact for a power-of-two b)."""
+    return Uint32(
+        _asm(T.i32(), [_u32(a, loc, ip), _u32(b, loc, ip)], "mul.rn.bf16x2 $0, $1, $2;", "=r,r,r", loc, ip)
     )
 
 

@@ -14,7 +14,7 @@ import cutlass.cute as cute
 from cutlass import Float32, Int32, Uint8
 
 from ..formats import Format
-from .blockscale import BlockQuantizer, scale_grid, scale_offset
+from .blockscale import BlockQuantizer, scale_grid, scale_offset, widen
 
 
 @dataclass(frozen=True)
@@ -73,8 +73,9 @@ class QuantizeKernel:
                 if m < m_rows and k < k_blocks:
                     raw = cute.make_rmem_tensor(self.block, mX.element_type)
                     cute.autovec_copy(gX[(0, None), (m, k)], raw)
-                    x = cute.make_rmem_tensor(self.block, Float32)
-                    x.store(raw.load().to(Float32))
-                    mS[s_off] = Uint8(self.q.quantize(x, gQ[(0, None), (m, k)], enc_g, inv_g))
+                    if cutlass.const_expr(mX.element_type == Float32):
+                        mS[s_off] = Uint8(self.q.quantize(raw, gQ[(0, None), (m, k)], enc_g, inv_g))
+                    else:
+                        mS[s_off] = Uint8(self.q.quantize(widen(raw), gQ[(0, None), (m, k)], enc_g, inv_g, raw))
                 else:
                     mS[s_off] = Uint8(0)  # swizzle padding is always written as zero

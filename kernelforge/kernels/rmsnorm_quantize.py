@@ -14,12 +14,12 @@ from dataclasses import dataclass
 import cuda.bindings.driver as cuda
 import cutlass
 import cutlass.cute as cute
-from cutlass import Float32, Int32, Uint8
+from cutlass import Float32, Int32, Uint8, Uint32
 
 from ..formats import Format
 from . import convert as cv
 from . import dsmem
-from .blockscale import BlockQuantizer, scale_grid, scale_offset
+from .blockscale import BlockQuantizer, scale_grid, scale_offset, widen
 
 WARP = 32
 MIN_CTA_THREADS = 128  # small rows pack into CTAs of at least this many threads
@@ -97,6 +97,7 @@ class RMSNormQuantizeKernel:
         gQ = cute.zipped_divide(mQ, (1, self.q.out_bytes))
         gW = cute.zipped_divide(mW, (B,))  # ((B,), (H/B,))
         dtype = mX.element_type
+        is_bf16 = dtype == cutlass.BFloat16
         if cutlass.const_expr(self.cfg.cluster > 1):
             cute.arch.cluster_arrive_relaxed()  # "started"; waited for before touching peers' smem
 
@@ -113,8 +114,9 @@ class RMSNormQuantizeKernel:
                     cute.autovec_copy(gR[(0, None), (row, b)], r)
                     h[i].store((h[i].load().to(Float32) + r.load().to(Float32)).to(dtype))
                     cute.autovec_copy(h[i], gR[(0, None), (row, b)])
-                v = h[i].load().to(Float32)
-                sumsq = sumsq + (v * v).reduce(cute.ReductionOp.ADD, Float32(0.0), 0)
+                v = widen(h[i])
+                for j in cutlass.range_constexpr(B):
+                    sumsq = sumsq + v[j] * v[j]
 
         sumsq = self.row_sum(sumsq, tidx, bidx)
         rstd = cv.rcp_rn(cv.sqrt_rn(cv.div_rn(sumsq, Float32(hidden)) + eps))
@@ -128,11 +130,14 @@ class RMSNormQuantizeKernel:
                 if row < m_rows and b < k_blocks:
                     w = cute.make_rmem_tensor(B, dtype)
                     cute.autovec_copy(gW[(None,), b], w)
+                    hf = widen(h[i])
+                    wf = widen(w)
                     y16 = cute.make_rmem_tensor(B, dtype)
-                    y16.store(((h[i].load().to(Float32) * rstd) * w.load().to(Float32)).to(dtype))
-                    y = cute.make_rmem_tensor(B, Float32)
-                    y.store(y16.load().to(Float32))
-                    mS[s_off] = Uint8(self.q.quantize(y, gQ[(0, None), (row, b)], enc_g, inv_g, y16))
+                    yw = cute.recast_tensor(y16, Uint32)
+                    for j in cutlass.range_constexpr(B // 2):
+                        yw[j] = cv.pack_half2((hf[2 * j] * rstd) * wf[2 * j],
+                                              (hf[2 * j + 1] * rstd) * wf[2 * j + 1], is_bf16)
+                    mS[s_off] = Uint8(self.q.quantize(widen(y16), gQ[(0, None), (row, b)], enc_g, inv_g, y16))
                 else:
                     mS[s_off] = Uint8(0)
 
