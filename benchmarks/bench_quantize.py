@@ -109,7 +109,7 @@ def host_overhead() -> dict:
 
     x = torch.randn(128, 256, device="cuda", dtype=torch.bfloat16)
     out = kernelforge.quantize(x, "mxfp8")
-    q, s = out[0].view(torch.uint8), out[1].view(torch.uint8).view(-1)
+    q, s = out
     coords = {"format": "mxfp8", "scale_mode": "floor", "layout": "linear", "dtype": "bfloat16"}
     fn, _ = _common.dispatch_table().resolve("quantize", coords, torch.cuda.get_device_capability(), 256, 32, 256, 512)
     direct = host_us(lambda: fn(x, q, s, None))

@@ -22,6 +22,11 @@ DTYPES = {
     "bfloat16": cutlass.BFloat16,
     "float16": cutlass.Float16,
     "float32": cutlass.Float32,
+    # Output element types: the kernels take the returned tensors' own dtypes, so the runtime
+    # passes them without a (microsecond-costly) uint8 view per call.
+    "float8_e4m3fn": cutlass.Float8E4M3FN,
+    "float8_e8m0fnu": cutlass.Float8E8M0FNU,
+    "float4_e2m1fn_x2": cutlass.Float4E2M1FNx2,
 }
 
 
@@ -39,11 +44,17 @@ def _row_major(v: Any, fmt: Format, m: object, contiguous: bool) -> tuple[object
 
 
 def _outputs(v: Any, fmt: Format, m: object) -> list[object]:
-    """Fake packed data [M, K*bits/8], flat scale bytes [S], NVFP4 global scale [1] (or None)."""
+    """Fake data [M, K*bits/8], scale matrix [rows, cols], NVFP4 global scale [1] (or None).
+
+    Linear scales have M rows, which the wrapper then checks against x; swizzled ones have
+    M rounded up to 128.
+    """
     out_bytes = fmt.block * fmt.element_bits // 8
     dq = cute.sym_int32(divisibility=out_bytes * v.kclass.k_multiple_blocks, symbol="KQ")
-    q = make_fake_compact_tensor(cutlass.Uint8, (m, dq), stride_order=(1, 0), assumed_align=16)
-    s = make_fake_compact_tensor(cutlass.Uint8, (cute.sym_int32(symbol="S"),), assumed_align=4)
+    q = make_fake_compact_tensor(DTYPES[fmt.data_dtype], (m, dq), stride_order=(1, 0), assumed_align=16)
+    rows = m if v.layout == "linear" else cute.sym_int32(symbol="SR")
+    s = make_fake_compact_tensor(DTYPES[fmt.scale_dtype], (rows, cute.sym_int32(symbol="SC")),
+                                 stride_order=(1, 0), assumed_align=4)
     g = make_fake_compact_tensor(cutlass.Float32, (1,), assumed_align=4) if fmt.has_global_scale else None
     return [q, s, g]
 

@@ -26,6 +26,14 @@ def scale_grid(m_rows: Int32, k_blocks: Int32, swizzled: cutlass.Constexpr[bool]
 
 
 @cute.jit
+def byte_views(mQ: cute.Tensor, mS: cute.Tensor):
+    """The typed outputs as bytes: data [M, K*bits/8] and the scale matrix flattened."""
+    q = cute.make_tensor(cute.recast_ptr(mQ.iterator, dtype=Uint8), mQ.layout)
+    s = cute.make_tensor(cute.recast_ptr(mS.iterator, dtype=Uint8), cute.make_layout(cute.size(mS)))
+    return q, s
+
+
+@cute.jit
 def scale_offset(m: Int32, k: Int32, n_cols: Int32, swizzled: cutlass.Constexpr[bool]) -> Int32:
     """Flat byte offset of scale (row m, scale column k): row-major, or 128x4 swizzled."""
     off = m * n_cols + k

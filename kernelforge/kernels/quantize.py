@@ -14,7 +14,7 @@ import cutlass.cute as cute
 from cutlass import Float32, Int32, Uint8
 
 from ..formats import Format
-from .blockscale import BlockQuantizer, scale_grid, scale_offset, widen
+from .blockscale import BlockQuantizer, byte_views, scale_grid, scale_offset, widen
 
 
 @dataclass(frozen=True)
@@ -41,11 +41,12 @@ class QuantizeKernel:
     def __call__(
         self,
         mX: cute.Tensor,  # [M, K] input, row stride ld
-        mQ: cute.Tensor,  # [M, K * bits / 8] packed data bytes
-        mS: cute.Tensor,  # [S] scale bytes (linear M*K/B, or Mp*Np swizzled)
+        mQ: cute.Tensor,  # [M, K * bits / 8] packed data (float8_e4m3fn / float4_e2m1fn_x2)
+        mS: cute.Tensor,  # [M, K/B] linear or [Mp, Np] swizzled scales (e8m0 / e4m3)
         mG: cute.Tensor,  # [1] fp32 global encode scale (NVFP4) or None
         stream: cuda.CUstream,
     ):
+        mQ, mS = byte_views(mQ, mS)
         n_rows, n_cols = scale_grid(mX.shape[0], mX.shape[1] // self.block, self.swizzled)
         per_cta = self.cfg.threads * self.cfg.units_per_thread
         grid = (n_rows * n_cols + (per_cta - 1)) // per_cta

@@ -19,7 +19,7 @@ from cutlass import Float32, Int32, Uint8, Uint32
 from ..formats import Format
 from . import convert as cv
 from . import dsmem
-from .blockscale import BlockQuantizer, scale_grid, scale_offset, widen
+from .blockscale import BlockQuantizer, byte_views, scale_grid, scale_offset, widen
 
 WARP = 32
 MIN_CTA_THREADS = 128  # small rows pack into CTAs of at least this many threads
@@ -61,12 +61,13 @@ class RMSNormQuantizeKernel:
         mX: cute.Tensor,  # [M, H] input
         mR: cute.Tensor,  # [M, H] residual, read and overwritten with dtype(x + residual); or None
         mW: cute.Tensor,  # [H] weight, input dtype
-        mQ: cute.Tensor,  # [M, H * bits / 8] packed data bytes
-        mS: cute.Tensor,  # [S] scale bytes (linear M*H/B, or Mp*Np swizzled)
+        mQ: cute.Tensor,  # [M, H * bits / 8] packed data (float8_e4m3fn / float4_e2m1fn_x2)
+        mS: cute.Tensor,  # [M, H/B] linear or [Mp, Np] swizzled scales (e8m0 / e4m3)
         mG: cute.Tensor,  # [1] fp32 global encode scale (NVFP4) or None
         eps: Float32,
         stream: cuda.CUstream,
     ):
+        mQ, mS = byte_views(mQ, mS)
         n_rows, n_cols = scale_grid(mX.shape[0], mX.shape[1] // self.block, self.swizzled)
         grid = (n_rows + (self.cta_rows - 1)) // self.cta_rows * self.cfg.cluster
         smem = 512 if self.row_warps > 1 or self.cfg.cluster > 1 else 0  # >= the partial-sum arrays

@@ -6,6 +6,7 @@ so helpers take what the caller already read instead of reading it again.
 from __future__ import annotations
 
 import os
+import weakref
 from pathlib import Path
 from typing import Any, Callable, Optional
 
@@ -23,6 +24,29 @@ _table: Optional[DispatchTable] = None
 _capability: dict[int, tuple[int, int]] = {}
 _fn_cache: dict[tuple, Callable] = {}
 _ones: dict[torch.device, torch.Tensor] = {}
+# Validated calls into caller buffers: key -> (function, weak refs to the tensors it must
+# find again, global-scale argument); see `remember_fast`.
+fast_calls: dict[tuple, tuple] = {}
+MAX_FAST_CALLS = 256
+
+
+def _no_tensor() -> None:
+    return None
+
+
+def remember_fast(key: tuple, fn: Callable, tensors: tuple, g_arg: Optional[torch.Tensor]) -> None:
+    """Record a fully validated call so the op's fast path can repeat it without re-checking.
+
+    The key holds everything validation depended on: the input's shape, strides, dtype and
+    device, the op's options, and the ids of the caller's persistent tensors (weight, out
+    buffers, global scale). An id alone could be recycled by a new tensor, so the entry
+    keeps weak references that must resolve to the very same objects. Pointer alignment and
+    dtypes are checked again by the kernel's TVM-FFI wrapper on every call.
+    """
+    if len(fast_calls) >= MAX_FAST_CALLS:
+        fast_calls.clear()  # bounded: a loop over fresh buffers must not grow it forever
+    refs = tuple(_no_tensor if t is None else weakref.ref(t) for t in tensors)
+    fast_calls[key] = (fn, refs, g_arg)
 
 
 def set_cache_root(path: Optional[str | os.PathLike]) -> Path:
@@ -30,6 +54,7 @@ def set_cache_root(path: Optional[str | os.PathLike]) -> Path:
     global _table
     root, _ = resolve_cache_root(path)
     _table = DispatchTable(root)
+    fast_calls.clear()
     return root
 
 
@@ -126,7 +151,7 @@ def global_scale_arg(fmt: Format, g: Optional[torch.Tensor], device: torch.devic
 
 def check_out(out: object, device: torch.device, d_shape: tuple, s_shape: tuple,
               data_dtype: torch.dtype, scale_dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
-    """Validate caller-provided `(data, scale)` buffers; return them as uint8 tensors."""
+    """Validate caller-provided `(data, scale)` buffers; return them in the format's dtypes."""
     if not (isinstance(out, (tuple, list)) and len(out) == 2):
         raise TypeError(f"out: expected a (data, scale) tuple of tensors, got {type(out).__name__}")
     return (_check_buffer("out[0] (data)", out[0], d_shape, data_dtype, 16, device),
@@ -148,12 +173,12 @@ def _check_buffer(name: str, t: object, shape: tuple, dtype: torch.dtype, align:
         raise ValueError(f"{name}: expected a contiguous tensor")
     if t.data_ptr() % align:
         raise ValueError(f"{name}: expected a {align}-byte aligned data pointer")
-    return t if tdtype is torch.uint8 else t.view(torch.uint8)
+    return t if tdtype is dtype else t.view(dtype)
 
 
 def output_buffers(out: Any, device: torch.device, d_shape: tuple, s_shape: tuple, data_dtype: torch.dtype,
                    scale_dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
-    """The caller's `out` buffers checked, or fresh ones, as uint8 tensors.
+    """The caller's `out` buffers checked, or fresh ones, in the format's dtypes (what kernels take).
 
     The CUDA check on x's device comes last, so that every other argument error is reported
     (and testable) without a GPU.
@@ -163,14 +188,13 @@ def output_buffers(out: Any, device: torch.device, d_shape: tuple, s_shape: tupl
     if device.type != "cuda":
         raise ValueError(f"x: expected a CUDA tensor, got a tensor on {device}")
     if out is None:
-        data = torch.empty(d_shape, dtype=torch.uint8, device=device)
-        scale = torch.empty(s_shape, dtype=torch.uint8, device=device)
+        data = torch.empty(d_shape, dtype=data_dtype, device=device)
+        scale = torch.empty(s_shape, dtype=scale_dtype, device=device)
     return data, scale
 
 
-def results(out: Any, data: torch.Tensor, scale: torch.Tensor, data_dtype: torch.dtype,
-            scale_dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
-    """What an op returns: the caller's buffers as given, or fresh ones in the format's dtypes."""
+def results(out: Any, data: torch.Tensor, scale: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """What an op returns: the caller's buffers as given, or the fresh ones."""
     if out is None:
-        return data.view(data_dtype), scale.view(scale_dtype)
+        return data, scale
     return out[0], out[1]

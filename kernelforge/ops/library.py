@@ -68,7 +68,7 @@ def _(x, residual, weight, format, eps=1e-6, layout="linear", scale_mode="floor"
 
 
 def _into(out, data: Tensor, scale: Tensor) -> tuple[Tensor, Tensor]:
-    """Copy op results into caller buffers (which may be uint8 views of the format dtypes)."""
+    """Copy op results into caller buffers (which may be uint8 buffers of the format's bytes)."""
     if out is None:
         return data, scale
     for dst, src in zip(out, (data, scale)):

@@ -33,6 +33,18 @@ def quantize(
         from .library import traced_quantize
 
         return traced_quantize(x, format, layout, scale_mode, global_scale, out)
+    if out is not None:  # fast path: the same buffers again, with an input like the last one
+        try:
+            d, s = out
+            hit = c.fast_calls.get(("quantize", x.shape, x.stride(), x.dtype, x.get_device(), format, layout,
+                                    scale_mode, id(d), id(s), id(global_scale)))
+            if hit is not None:
+                refs = hit[1]
+                if refs[0]() is d and refs[1]() is s and refs[2]() is global_scale:
+                    hit[0](x, d, s, hit[2])
+                    return d, s
+        except Exception:  # noqa: BLE001 - anything odd (including the kernel's own argument
+            pass  # checks, e.g. a misaligned x) takes the checked path, which explains it
     fmt, mode, data_dtype, scale_dtype = c.format_plan(format, layout, scale_mode)
     if not isinstance(x, torch.Tensor):
         raise TypeError(f"x: expected a torch.Tensor, got {type(x).__name__}")
@@ -61,11 +73,14 @@ def quantize(
         fn = c.kernel_for("quantize", (("dtype", dtype), ("format", fmt.name), ("layout", layout),
                                        ("scale_mode", mode)),
                           device.index, k, fmt.block, x2.data_ptr(), stride_bytes)
-        fn(x2, data if len(d_shape) == 2 else data.view(m, d_shape[-1]), scale.view(-1),
-           c.global_scale_arg(fmt, global_scale, device))
+        g_arg = c.global_scale_arg(fmt, global_scale, device)
+        fn(x2, data if len(d_shape) == 2 else data.view(m, d_shape[-1]), scale, g_arg)
+        if out is not None and x2 is x and data is out[0] and scale is out[1]:
+            c.remember_fast(("quantize", shape, x.stride(), x.dtype, x.get_device(), format, layout, scale_mode,
+                             id(data), id(scale), id(global_scale)), fn, (data, scale, global_scale), g_arg)
     elif s_shape[0] * s_shape[1]:
-        scale.zero_()  # K = 0 with padded rows: nothing to quantize, padding is still zero
-    return c.results(out, data, scale, data_dtype, scale_dtype)
+        scale.view(torch.uint8).zero_()  # K = 0 with padded rows: nothing to quantize, padding is zero
+    return c.results(out, data, scale)
 
 
 def nvfp4_global_scale(x: torch.Tensor) -> torch.Tensor:

@@ -33,6 +33,18 @@ def rmsnorm_quantize(
         from .library import traced_rmsnorm_quantize
 
         return traced_rmsnorm_quantize(x, None, weight, format, eps, layout, scale_mode, global_scale, out)
+    if out is not None:  # fast path: same weight and buffers again, with an input like the last one
+        try:
+            d, s = out
+            hit = c.fast_calls.get(("rmsnorm_quantize", x.shape, x.stride(), x.dtype, x.get_device(), format,
+                                    eps, layout, scale_mode, id(weight), id(d), id(s), id(global_scale)))
+            if hit is not None:
+                refs = hit[1]
+                if refs[0]() is weight and refs[1]() is d and refs[2]() is s and refs[3]() is global_scale:
+                    hit[0](x, None, weight, d, s, hit[2], eps)
+                    return d, s
+        except Exception:  # noqa: BLE001 - anything odd takes the checked path, which explains it
+            pass
     return _run(x, None, weight, format, eps, layout, scale_mode, global_scale, out)
 
 
@@ -125,7 +137,12 @@ def _run(x, residual, weight, format, eps, layout, scale_mode, global_scale, out
                   ("residual", "none" if residual is None else "add"), ("scale_mode", mode))
         fn = c.kernel_for("rmsnorm_quantize", coords, device.index, h, fmt.block, x_ptr,
                           h * DTYPE_BYTES[dtype])
-        fn(x.view(m, h), None if residual is None else residual.view(m, h), weight,
-           data.view(m, d_shape[-1]), scale.view(-1), c.global_scale_arg(fmt, global_scale, device),
-           float(eps))
-    return c.results(out, data, scale, data_dtype, scale_dtype)
+        g_arg = c.global_scale_arg(fmt, global_scale, device)
+        flat = len(shape) == 2
+        fn(x if flat else x.view(m, h), None if residual is None else residual.view(m, h), weight,
+           data if flat else data.view(m, d_shape[-1]), scale, g_arg, float(eps))
+        if residual is None and out is not None and flat and data is out[0] and scale is out[1]:
+            c.remember_fast(("rmsnorm_quantize", shape, x.stride(), x.dtype, x.get_device(), format, eps, layout,
+                             scale_mode, id(weight), id(data), id(scale), id(global_scale)), fn,
+                            (weight, data, scale, global_scale), g_arg)
+    return c.results(out, data, scale)
