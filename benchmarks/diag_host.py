@@ -13,27 +13,36 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 
 def first_call_breakdown() -> None:
+    """Stages of a fresh process's first quantize call (run this file in a new process)."""
+    import importlib
+
     x = torch.randn(4096, 4096, device="cuda", dtype=torch.bfloat16)
     torch.cuda.synchronize()
     marks = [("start", time.perf_counter())]
-    import kernelforge.ops.quantize as q
-    marks.append(("import ops", time.perf_counter()))
-    import tvm_ffi  # noqa: F401
-    marks.append(("import tvm_ffi", time.perf_counter()))
+    import kernelforge  # noqa: F401
+    q = importlib.import_module("kernelforge.ops.quantize")
+    marks.append(("import kernelforge.ops", time.perf_counter()))
     from kernelforge.ops import _common
     table = _common.dispatch_table()
+    marks.append(("resolve cache root", time.perf_counter()))
     table._load()
-    marks.append(("index load", time.perf_counter()))
-    coords = {"format": "mxfp8", "scale_mode": "floor", "layout": "linear", "dtype": "bfloat16"}
+    marks.append(("index load + candidates", time.perf_counter()))
+    coords = {"format": "mxfp8", "scale_mode": "floor", "layout": "swizzled", "dtype": "bfloat16"}
     cap = _common.device_capability(0)
+    marks.append(("device capability", time.perf_counter()))
     cand = table.candidates("quantize", coords, cap)[0]
-    from kernelforge.runtime.loader import load_function
+    from kernelforge.runtime import loader
     rt = table._runtimes.get(cand.entry["extra"]["runtime_key"])
-    fn = load_function(cand.entry, rt)
-    marks.append(("sha256 + load_module", time.perf_counter()))
-    d = torch.empty(4096, 4096, dtype=torch.uint8, device="cuda")
-    s = torch.empty(4096 * 128, dtype=torch.uint8, device="cuda")
-    marks.append(("alloc", time.perf_counter()))
+    from pathlib import Path as P
+    loader._check_sha256(P(rt["main_path"]), rt["sha256"], "runtime library")
+    marks.append(("sha256 runtime lib", time.perf_counter()))
+    loader._check_sha256(P(cand.entry["main_path"]), cand.entry["sha256"], "kernel module")
+    marks.append(("sha256 module", time.perf_counter()))
+    fn = loader.load_function(cand.entry, rt)
+    marks.append(("tvm_ffi.load_module", time.perf_counter()))
+    d, s = _common.output_buffers(None, x.device, (4096, 4096), (4096, 128), torch.float8_e4m3fn,
+                                  torch.float8_e8m0fnu)
+    marks.append(("alloc outputs", time.perf_counter()))
     fn(x, d, s, None)
     marks.append(("first fn call (no sync)", time.perf_counter()))
     torch.cuda.synchronize()
@@ -41,7 +50,7 @@ def first_call_breakdown() -> None:
     fn(x, d, s, None)
     torch.cuda.synchronize()
     marks.append(("second call + sync", time.perf_counter()))
-    q.quantize(x, "mxfp8")
+    q.quantize(x, "mxfp8", layout="swizzled")
     torch.cuda.synchronize()
     marks.append(("quantize() + sync", time.perf_counter()))
     for (_, a), (name, b) in zip(marks, marks[1:]):

@@ -155,4 +155,5 @@ def build_variants(
                     on_result(r)
     order = {v.name: i for i, v in enumerate(variants)}
     results.sort(key=lambda r: order.get(r.name, 0))
+    store.refresh_views()
     return BuildReport(results, time.perf_counter() - t0, store.layout.root, runtime_built)

@@ -5,6 +5,7 @@ The index is the cache's commit marker: an entry exists only once its key is in 
 """
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import tempfile
@@ -43,10 +44,15 @@ def read_index(path: Path) -> dict[str, dict[str, Any]]:
 
 
 def write_index(path: Path, entries: dict[str, dict[str, Any]]) -> None:
-    """Replace the index at `path` atomically (temp file in the same dir, fsync, os.replace, fsync dir)."""
+    """Replace the index at `path` atomically, then its per-op dispatch views (see below)."""
+    atomic_write_text(path, json.dumps({"schema": SCHEMA_VERSION, "entries": entries}, indent=1, sort_keys=True))
+    write_dispatch_views(path, entries)
+
+
+def atomic_write_text(path: Path, payload: str) -> None:
+    """Write `path` atomically (temp file in the same dir, fsync, os.replace, fsync dir)."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    payload = json.dumps({"schema": SCHEMA_VERSION, "entries": entries}, indent=1, sort_keys=True)
-    fd, tmp = tempfile.mkstemp(prefix=".index-", suffix=".json", dir=path.parent)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.stem}-", suffix=path.suffix, dir=path.parent)
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as f:
             f.write(payload)
@@ -57,6 +63,108 @@ def write_index(path: Path, entries: dict[str, dict[str, Any]]) -> None:
         Path(tmp).unlink(missing_ok=True)
         raise
     fsync_dir(path.parent)
+
+
+# Dispatch views: what the runtime needs of the index, split by dispatch group (op and
+# coordinates), so a process's first call parses a few KB instead of the whole index (measured
+# on the H100 host: 18-21 ms for the index of 300 variants). `dispatch/manifest.json` records
+# the size and mtime of the index it was derived from and names each group's file, which is
+# content-addressed: publishing one entry writes one new group file and the manifest. A manifest
+# that does not match the current index (an older writer, a crash between the two writes) is
+# ignored and the runtime reads the index itself, so the index stays the only source of truth.
+VIEWS_DIR = "dispatch"
+MANIFEST = "manifest.json"
+_VIEW_FIELDS = ("kind", "name", "op", "arch", "created", "source_hash", "path", "main_file")
+
+
+def coords_id(op: str, dispatch: dict[str, Any]) -> str:
+    """The key of one dispatch group: op and its sorted dispatch coordinates."""
+    return op + "|" + ",".join(f"{k}={dispatch[k]}" for k in sorted(dispatch))
+
+
+def _index_stamp(index_path: Path) -> list[int]:
+    st = os.stat(index_path)
+    return [st.st_size, st.st_mtime_ns]
+
+
+def _compact(key: str, data: dict[str, Any]) -> dict[str, Any] | None:
+    try:
+        sha = data["files"][data["main_file"]]["sha256"]
+    except (KeyError, TypeError):
+        return None
+    extra, variant = data.get("extra") or {}, data.get("variant") or {}
+    return {"key": key, **{f: data[f] for f in _VIEW_FIELDS if f in data}, "sha256": sha,
+            "variant": {"axes": variant.get("axes") or {}, "kclass": variant.get("kclass") or {}},
+            "extra": {f: extra[f] for f in ("symbol", "runtime_key", "dispatch") if f in extra}}
+
+
+def write_dispatch_views(index_path: Path, entries: dict[str, dict[str, Any]]) -> None:
+    """Rewrite `dispatch/` next to the index from its entries (call with the index lock held)."""
+    stamp = _index_stamp(index_path)
+    runtimes: dict[str, dict[str, Any]] = {}
+    groups: dict[str, list[dict[str, Any]]] = {}
+    for key, data in entries.items():
+        c = _compact(key, data) if isinstance(data, dict) else None
+        if c is None:
+            continue
+        if data.get("kind") == "runtime":
+            runtimes[key] = c
+        elif isinstance(data.get("op"), str):
+            groups.setdefault(coords_id(data["op"], c["extra"].get("dispatch") or {}), []).append(c)
+    files = index_path.parent / VIEWS_DIR / "groups"
+    names: dict[str, str] = {}
+    for gid in sorted(groups):
+        payload = json.dumps({"group": gid, "entries": sorted(groups[gid], key=lambda e: e["key"])},
+                             separators=(",", ":"), sort_keys=True)
+        names[gid] = hashlib.sha256(payload.encode()).hexdigest()[:24] + ".json"
+        if not (files / names[gid]).exists():
+            atomic_write_text(files / names[gid], payload)
+    atomic_write_text(index_path.parent / VIEWS_DIR / MANIFEST, json.dumps(
+        {"schema": SCHEMA_VERSION, "index": stamp, "runtimes": runtimes, "groups": names},
+        separators=(",", ":"), sort_keys=True))
+    live = set(names.values())
+    for old in files.glob("*.json"):
+        if old.name not in live:
+            old.unlink(missing_ok=True)
+
+
+class DispatchViews:
+    """The runtime's reader of `dispatch/`: the manifest once, then one small file per group."""
+
+    def __init__(self, root: str | os.PathLike[str]) -> None:
+        self.dir = Layout(Path(root)).schema_root / VIEWS_DIR
+        self.manifest: dict[str, Any] | None = None
+        layout = Layout(Path(root))
+        try:
+            data = json.loads((self.dir / MANIFEST).read_text(encoding="utf-8"))
+            stamp = _index_stamp(layout.index)
+        except (OSError, ValueError):
+            return
+        if (isinstance(data, dict) and data.get("schema") == SCHEMA_VERSION and data.get("index") == stamp
+                and isinstance(data.get("groups"), dict) and isinstance(data.get("runtimes"), dict)):
+            self.manifest = data
+
+    def group(self, gid: str) -> list[dict[str, Any]] | None:
+        """The entries of dispatch group `gid` ([] if it has none), or None if its file is unreadable."""
+        assert self.manifest is not None
+        name = self.manifest["groups"].get(gid)
+        if name is None:
+            return []
+        try:
+            data = json.loads((self.dir / "groups" / name).read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            return None  # replaced by a concurrent writer: the caller reads the index instead
+        if not isinstance(data, dict) or data.get("group") != gid or not isinstance(data.get("entries"), list):
+            return None
+        return data["entries"]
+
+
+def with_main_path(layout: Layout, entry: dict[str, Any]) -> dict[str, Any] | None:
+    """`entry` plus "main_path", the absolute path of its main file (None if the path is invalid)."""
+    try:
+        return {**entry, "main_path": str(layout.resolve(entry["path"]) / entry["main_file"])}
+    except (KeyError, TypeError, ValueError, CacheError):
+        return None
 
 
 def fsync_dir(path: Path) -> None:

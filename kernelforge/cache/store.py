@@ -20,7 +20,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator, Mapping, Protocol
 
 from kernelforge.cache.entry import Entry
-from kernelforge.cache.index import fsync_dir, read_index, read_index_checked, write_index
+from kernelforge.cache.index import (DispatchViews, fsync_dir, read_index, read_index_checked, write_dispatch_views,
+                                     write_index)
 from kernelforge.cache.layout import META_NAME, Layout, check_key, check_kind
 from kernelforge.errors import CacheError
 
@@ -44,6 +45,15 @@ class Store(Protocol):
     def entry_dir(self, entry: Entry) -> Path: ...
     def iter_entries(self) -> Iterator[Entry]: ...
     def get_or_build(self, key: str, build: BuildFn) -> tuple[Entry, bool]: ...
+    def refresh_views(self) -> bool:
+        """Rewrite the runtime's dispatch views if they do not match the index (e.g. a cache
+        written by an older kernelforge); returns whether it rewrote them."""
+        if not self.layout.index.exists() or DispatchViews(self.layout.root).manifest is not None:
+            return False
+        with self._index_lock():
+            write_dispatch_views(self.layout.index, read_index(self.layout.index))
+        return True
+
     def remove(self, keys: Iterable[str]) -> int: ...
     def orphans(self) -> list[Path]: ...
     def delete_orphans(self, paths: Iterable[Path]) -> list[Path]: ...
@@ -285,6 +295,15 @@ class CacheStore:
                 shutil.rmtree(staging, ignore_errors=True)
                 raise
         return entry, True
+
+    def refresh_views(self) -> bool:
+        """Rewrite the runtime's dispatch views if they do not match the index (e.g. a cache
+        written by an older kernelforge); returns whether it rewrote them."""
+        if not self.layout.index.exists() or DispatchViews(self.layout.root).manifest is not None:
+            return False
+        with self._index_lock():
+            write_dispatch_views(self.layout.index, read_index(self.layout.index))
+        return True
 
     def remove(self, keys: Iterable[str]) -> int:
         """Remove entries: drop them from the index first, then delete their directories. Returns the count."""

@@ -1,6 +1,8 @@
 """The dispatch table: (op, coordinates, K-class, device arch) -> loaded TVM-FFI function.
 
-Built once per cache root from the index (one JSON read, no directory scan). Only entries built
+Built lazily per dispatch group from the cache's dispatch views (a few KB per group, written
+beside the index), or from the index itself when the views do not match it; never a directory
+scan. Only entries built
 from the kernel sources this package ships are eligible, so an edited kernel is never served
 by a stale artifact. Resolved functions are memoized in a plain dict: after the first call of a
 variant a lookup is one dict access.
@@ -12,7 +14,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
-from ..cache.index import load_index_for_runtime
+from ..cache.index import DispatchViews, coords_id, load_index_for_runtime, with_main_path
+from ..cache.layout import Layout
 from ..errors import KernelNotBuilt, SpecError, UnsupportedShape
 from ..sources import OP_SOURCES, source_hash
 from ..spec.model import KClass
@@ -38,42 +41,77 @@ class DispatchTable:
     def __init__(self, root: Path) -> None:
         self.root = Path(root)
         self._lock = threading.Lock()
-        self._by_coords: dict[tuple, list[Candidate]] | None = None
+        self._groups: dict[str, list[Candidate]] = {}  # coords id -> candidates, best first
+        self._views: DispatchViews | None = None  # read on first use
+        self._full = False  # every group built from the index itself
         self._runtimes: dict[str, dict[str, Any]] = {}
-        self._stale: dict[tuple, int] = {}
+        self._stale: dict[str, int] = {}
 
-    def _load(self) -> dict[tuple, list[Candidate]]:
-        if self._by_coords is not None:
-            return self._by_coords
+    def _group(self, group: str) -> list[Candidate]:
+        cands = self._groups.get(group)
+        if cands is not None:
+            return cands
         with self._lock:
-            if self._by_coords is None:
-                by: dict[tuple, list[Candidate]] = {}
-                for entry in load_index_for_runtime(self.root).values():
-                    if entry.get("kind") == "runtime":
-                        self._runtimes[entry["key"]] = entry
-                        continue
-                    v = entry.get("variant") or {}
-                    axes, kc = v.get("axes") or {}, v.get("kclass") or {}
-                    coords = _coords_key(entry.get("op", ""), (entry.get("extra") or {}).get("dispatch") or {})
-                    op = entry.get("op", "")
-                    if op not in OP_SOURCES or entry.get("source_hash") != source_hash(op):
-                        self._stale[coords] = self._stale.get(coords, 0) + 1
-                        continue
-                    try:
-                        kclass = KClass.from_dict(kc)
-                    except SpecError:  # written by another kernelforge version: not servable
-                        self._stale[coords] = self._stale.get(coords, 0) + 1
-                        continue
-                    by.setdefault(coords, []).append(Candidate(entry, axes.get("arch", entry.get("arch", "")), kclass))
-                for cands in by.values():
-                    # Most specialized K-class first; newest build first among equals.
-                    cands.sort(key=lambda c: (c.kclass.specificity, c.entry.get("created", "")), reverse=True)
-                self._by_coords = by
-        return self._by_coords
+            if group not in self._groups and not self._full:
+                if self._views is None:
+                    self._views = DispatchViews(self.root)
+                    if self._views.manifest is not None:
+                        self._add_runtimes(self._views.manifest["runtimes"].values())
+                entries = self._views.group(group) if self._views.manifest is not None else None
+                if entries is not None:
+                    self._groups[group] = self._candidates_of(group, entries)
+                else:
+                    self._load_index()
+            return self._groups.get(group, [])
+
+    def _load_index(self) -> None:
+        """Build every group from the index itself (no usable dispatch view)."""
+        entries: dict[str, list[dict[str, Any]]] = {}
+        runtimes = []
+        for entry in load_index_for_runtime(self.root).values():
+            if entry.get("kind") == "runtime":
+                runtimes.append(entry)
+                continue
+            group = coords_id(entry.get("op", ""), (entry.get("extra") or {}).get("dispatch") or {})
+            entries.setdefault(group, []).append(entry)
+        self._add_runtimes(runtimes, resolved=True)
+        for group, members in entries.items():
+            self._groups[group] = self._candidates_of(group, members, resolved=True)
+        self._full = True
+
+    def _add_runtimes(self, entries, resolved: bool = False) -> None:
+        layout = Layout(self.root)
+        for e in entries:
+            e = e if resolved else with_main_path(layout, e)
+            if e is not None:
+                self._runtimes[e["key"]] = e
+
+    def _candidates_of(self, group: str, entries: list[dict[str, Any]], resolved: bool = False) -> list[Candidate]:
+        """Servable candidates of one group: built from this package's kernel sources, best first."""
+        layout = Layout(self.root)
+        cands = []
+        for entry in entries:
+            op = entry.get("op", "")
+            kc = (entry.get("variant") or {}).get("kclass") or {}
+            if op not in OP_SOURCES or entry.get("source_hash") != source_hash(op):
+                self._stale[group] = self._stale.get(group, 0) + 1
+                continue
+            try:
+                kclass = KClass.from_dict(kc)
+            except SpecError:  # written by another kernelforge version: not servable
+                self._stale[group] = self._stale.get(group, 0) + 1
+                continue
+            entry = entry if resolved else with_main_path(layout, entry)
+            if entry is not None:
+                arch = (entry.get("variant") or {}).get("axes", {}).get("arch", entry.get("arch", ""))
+                cands.append(Candidate(entry, arch, kclass))
+        # Most specialized K-class first; newest build first among equals.
+        cands.sort(key=lambda c: (c.kclass.specificity, c.entry.get("created", "")), reverse=True)
+        return cands
 
     def candidates(self, op: str, coords: dict[str, Any], capability: tuple[int, int]) -> list[Candidate]:
         """Cached kernels for op/coords (no arch, no kclass) that run on `capability`, best first."""
-        cands = self._load().get(_coords_key(op, coords), [])
+        cands = self._group(coords_id(op, coords))
         usable = [c for c in cands if arch_runs_on(c.arch, capability)]
         # Among equally specialized classes, code for exactly this arch before family ("f") code.
         usable.sort(key=lambda c: (c.kclass.specificity, not c.arch.endswith("f")), reverse=True)
@@ -97,7 +135,7 @@ class DispatchTable:
     def not_built(self, op: str, coords: dict[str, Any], capability: tuple[int, int]) -> KernelNotBuilt:
         arch = f"sm_{capability[0]}{capability[1]}a"
         desc = ".".join(str(coords[k]) for k in sorted(coords))
-        stale = self._stale.get(_coords_key(op, coords), 0)
+        stale = self._stale.get(coords_id(op, coords), 0)
         why = (f" ({stale} cached build(s) of it come from other kernel sources: rebuild)" if stale else "")
         return KernelNotBuilt(
             f"no cached kernel for {op} [{desc}] on a device of capability {capability[0]}.{capability[1]} "
@@ -113,8 +151,3 @@ def _describe(kc: KClass) -> str:
     if kc.vector_bytes:
         parts.append(f"{kc.vector_bytes}-byte aligned")
     return f"{kc.name} ({', '.join(parts)})"
-
-
-def _coords_key(op: str, dispatch: dict[str, Any]) -> tuple:
-    # The builder records the dispatch axes other than arch and K-class (chosen here at run time).
-    return (op,) + tuple(sorted(dispatch.items()))

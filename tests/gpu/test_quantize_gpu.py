@@ -163,3 +163,33 @@ def test_global_scale_helper():
     assert g.dtype == torch.float32 and g.shape == (1,)
     assert g.item() == pytest.approx(448 * 6 / x.abs().max().item(), rel=1e-6)
     assert kernelforge.nvfp4_global_scale(torch.zeros(8, device="cuda")).item() == 1.0
+
+
+@pytest.mark.parametrize("fmt,mode", [("mxfp8", "floor"), ("mxfp4", "rceil"), ("nvfp4", "none")])
+def test_fast_path_repeats_into_the_same_buffers(fmt, mode, poison, monkeypatch):
+    """Calls into the same out= buffers skip validation (proved by breaking it) and stay exact;
+    a misaligned input of the same shape, or other buffers, go through the checked path."""
+    B = FORMATS[fmt].block
+    m, k = 129, 16 * B
+    g = kernelforge.nvfp4_global_scale(torch.randn(64, device="cuda")) if FORMATS[fmt].has_global_scale else None
+    out = kernelforge.quantize(_random(m, k, torch.bfloat16), fmt, global_scale=g, **_kwargs(fmt, mode, "swizzled"))
+    n_memo = len(_common.fast_calls)
+    with monkeypatch.context() as mp:
+        def no_checks(*args, **kwargs):
+            raise AssertionError("the checked path ran")
+        mp.setattr(_common, "output_buffers", no_checks)
+        for _ in range(3):
+            poison(out[0]), poison(out[1])
+            res = _check(_random(m, k, torch.bfloat16), fmt, mode, "swizzled", g, out=out)
+            assert res[0] is out[0] and res[1] is out[1]
+    assert len(_common.fast_calls) == n_memo + 1
+    # Same shape and strides but a 2-byte offset: the aligned kernel's own check refuses it and
+    # the checked path picks the K-class that accepts it; the result is still exact.
+    base = _random(1, m * k + 1, torch.bfloat16).view(-1)
+    x = base[1:].view(m, k)
+    assert x.data_ptr() % 16
+    poison(out[0]), poison(out[1])
+    _check(x, fmt, mode, "swizzled", g, out=out)
+    # Another buffer object of the wrong shape is validated, not taken on trust.
+    with pytest.raises(ValueError, match=r"out\[0\]"):
+        kernelforge.quantize(x.contiguous(), fmt, global_scale=g, out=(out[0][:-1], out[1]), **_kwargs(fmt, mode, "swizzled"))

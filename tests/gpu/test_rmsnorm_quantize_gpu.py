@@ -169,3 +169,30 @@ def test_m_zero():
     w = torch.ones(1024, device="cuda", dtype=torch.bfloat16)
     d, s = kernelforge.rmsnorm_quantize(x, w, "nvfp4", layout="swizzled")
     assert d.shape == (0, 512) and s.shape == (0, 64)
+
+
+@pytest.mark.parametrize("fmt,mode", [("mxfp8", "rceil"), ("nvfp4", "none")])
+def test_fast_path_repeats_into_the_same_buffers(fmt, mode, poison, monkeypatch):
+    """Calls with the same weight and out= buffers skip validation (proved by breaking it) and
+    stay within tolerance; a changed eps, weight or buffer goes through the checked path."""
+    m, h = 129, 2048
+    g = kernelforge.nvfp4_global_scale(torch.randn(64, device="cuda")) if FORMATS[fmt].has_global_scale else None
+    x, _, w = _inputs((m, h), torch.bfloat16, False)
+    out = kernelforge.rmsnorm_quantize(x, w, fmt, **_kwargs(mode, "swizzled", g))
+    n_memo = len(_common.fast_calls)
+    tally = Tally()
+    with monkeypatch.context() as mp:
+        def no_checks(*args, **kwargs):
+            raise AssertionError("the checked path ran")
+        mp.setattr(_common, "output_buffers", no_checks)
+        for _ in range(3):
+            poison(out[0]), poison(out[1])
+            x, _, _ = _inputs((m, h), torch.bfloat16, False)
+            res = run_and_compare(x, None, w, fmt, mode, "swizzled", g, tally, out=out)
+            assert res[0] is out[0] and res[1] is out[1]
+    assert len(_common.fast_calls) == n_memo + 1
+    tally.check()
+    with pytest.raises(ValueError, match="eps"):
+        kernelforge.rmsnorm_quantize(x, w, fmt, eps=-1.0, out=out, **_kwargs(mode, "swizzled", g))
+    with pytest.raises(ValueError, match="weight"):
+        kernelforge.rmsnorm_quantize(x, w[:-32], fmt, out=out, **_kwargs(mode, "swizzled", g))

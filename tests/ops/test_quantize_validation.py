@@ -414,6 +414,84 @@ def test_dispatch_resolve_picks_the_most_specialized_accepting_class(fake_cache,
     assert fn == "quantize.mxfp8.floor.linear.bfloat16.aligned.sm_100a.t128u1"
 
 
+def _all_groups(table, caps=((9, 0), (10, 0), (10, 3))):
+    coords = [COORDS, {**COORDS, "scale_mode": "rceil"}, {**COORDS, "format": "nvfp4", "scale_mode": "none"}]
+    return [[(c.entry["key"], c.entry["main_path"], c.arch) for c in table.candidates("quantize", co, cap)]
+            for co in coords for cap in caps]
+
+
+def test_dispatch_views_serve_the_first_call_without_reading_the_index(fake_cache, monkeypatch):
+    from kernelforge.cache import index as index_mod
+    from kernelforge.runtime import dispatch
+
+    class NoViews(index_mod.DispatchViews):
+        def __init__(self, root):
+            super().__init__(root)
+            self.manifest = None
+
+    monkeypatch.setattr(dispatch, "DispatchViews", NoViews)
+    full = dispatch.DispatchTable(fake_cache)
+    expected = _all_groups(full)
+    assert full._full and any(expected)
+    monkeypatch.setattr(dispatch, "DispatchViews", index_mod.DispatchViews)
+
+    def no_index(root):
+        raise AssertionError("the full index was read although matching views exist")
+
+    monkeypatch.setattr(dispatch, "load_index_for_runtime", no_index)
+    table = dispatch.DispatchTable(fake_cache)
+    assert _all_groups(table) == expected
+    assert table._stale == full._stale and table._stale  # the rceil builds come from other sources
+    assert set(table._runtimes) == set(full._runtimes) == {"rt" * 32}
+
+
+def test_dispatch_views_of_another_index_are_ignored(fake_cache):
+    from kernelforge.cache import index as index_mod
+    from kernelforge.cache.layout import Layout
+    from kernelforge.runtime import dispatch
+
+    expected = _all_groups(dispatch.DispatchTable(fake_cache))
+    layout = Layout(fake_cache)
+    text = layout.index.read_text()
+    views = layout.schema_root / index_mod.VIEWS_DIR
+    manifest = (views / index_mod.MANIFEST).read_text()
+    try:
+        # The index rewritten by a writer that does not know about views (or a crash between
+        # the two writes): the manifest no longer matches and the runtime reads the index itself.
+        index_mod.atomic_write_text(layout.index, text + "\n")
+        assert (views / index_mod.MANIFEST).read_text() == manifest
+        assert index_mod.DispatchViews(fake_cache).manifest is None
+        table = dispatch.DispatchTable(fake_cache)
+        assert _all_groups(table) == expected and table._full
+        # Rewritten views match again; a group file that vanished (a concurrent writer
+        # replaced it) or a corrupt manifest sends the runtime to the index as well.
+        index_mod.write_index(layout.index, index_mod.read_index(layout.index))
+        assert index_mod.DispatchViews(fake_cache).manifest is not None
+        for f in (views / "groups").glob("*.json"):
+            f.unlink()
+        table = dispatch.DispatchTable(fake_cache)
+        assert _all_groups(table) == expected and table._full
+        (views / index_mod.MANIFEST).write_text("{not json")
+        assert index_mod.DispatchViews(fake_cache).manifest is None
+    finally:
+        index_mod.write_index(layout.index, index_mod.read_index(layout.index))
+    assert not dispatch.DispatchTable(fake_cache)._full and _all_groups(dispatch.DispatchTable(fake_cache)) == expected
+
+
+def test_refresh_views_rewrites_views_that_do_not_match(fake_cache):
+    from kernelforge.cache import index as index_mod
+    from kernelforge.cache.layout import Layout
+    from kernelforge.cache.store import CacheStore
+
+    store = CacheStore(fake_cache)
+    assert store.refresh_views() is False  # they match
+    layout = Layout(fake_cache)
+    index_mod.atomic_write_text(layout.index, layout.index.read_text() + " ")
+    assert index_mod.DispatchViews(fake_cache).manifest is None
+    assert store.refresh_views() is True
+    assert index_mod.DispatchViews(fake_cache).manifest is not None
+
+
 def test_dispatch_not_built_message(fake_cache, monkeypatch):
     from kernelforge.errors import KernelNotBuilt
     from kernelforge.runtime import dispatch
@@ -450,3 +528,44 @@ def test_dispatch_on_a_missing_cache(tmp_path):
     with pytest.raises(KernelNotBuilt, match=re.escape(f"kernelforge build --cache {root} --arch sm_90a")):
         table.resolve("quantize", COORDS, (9, 0), 128, 32, 16, 16)
     assert not root.exists()  # reading never creates anything
+
+
+def test_fast_path_needs_the_very_same_buffers(monkeypatch):
+    """A memoized call is repeated only for the same buffer objects (weak references, not ids)."""
+    import weakref
+
+    from kernelforge.ops import _common
+
+    monkeypatch.setattr(_common, "fast_calls", {})
+    x = torch.randn(4, 64, dtype=torch.bfloat16)
+    d = torch.empty(4, 64, dtype=torch.float8_e4m3fn)
+    s = torch.empty(4, 2, dtype=torch.float8_e8m0fnu)
+    calls = []
+    key = ("quantize", x.shape, x.stride(), x.dtype, x.get_device(), "mxfp8", "linear", "floor", id(d), id(s), id(None))
+    _common.fast_calls[key] = (lambda *a: calls.append(a), (weakref.ref(d), weakref.ref(s), _common._no_tensor), None)
+    assert kernelforge.quantize(x, "mxfp8", out=(d, s)) == (d, s)
+    assert len(calls) == 1 and calls[0][0] is x and calls[0][1] is d and calls[0][2] is s
+    # Other objects under the same ids (as after garbage collection) must not match.
+    other = torch.empty_like(d)
+    _common.fast_calls[key] = (lambda *a: calls.append(a), (weakref.ref(other), weakref.ref(s), _common._no_tensor), None)
+    with pytest.raises(ValueError, match="CUDA"):
+        kernelforge.quantize(x, "mxfp8", out=(d, s))
+    assert len(calls) == 1
+
+
+def test_fast_call_memo_is_bounded_and_reset_with_the_cache_root(monkeypatch, tmp_path):
+    from kernelforge.ops import _common
+
+    monkeypatch.setattr(_common, "fast_calls", {})
+    t = torch.empty(1)
+    for i in range(_common.MAX_FAST_CALLS + 5):
+        _common.remember_fast(("k", i), print, (t, None), None)
+    assert 0 < len(_common.fast_calls) <= _common.MAX_FAST_CALLS
+    entry = _common.fast_calls[("k", _common.MAX_FAST_CALLS + 4)]
+    assert entry[1][0]() is t and entry[1][1]() is None
+    old = _common.dispatch_table().root
+    try:
+        _common.set_cache_root(tmp_path)
+        assert _common.fast_calls == {}
+    finally:
+        _common.set_cache_root(old)
