@@ -16,7 +16,7 @@ from typing import Any
 
 from ..errors import BuildError
 
-LINK_RECIPE_VERSION = 1  # bump when link.py changes how modules or the runtime are linked
+LINK_RECIPE_VERSION = 2  # bump when link.py changes how modules or the runtime are linked
 # Options that shape the generated code (arch is added per variant).
 COMPILE_OPTIONS = "--enable-tvm-ffi --opt-level 3"
 

@@ -8,6 +8,8 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
+import uuid
 import tempfile
 import warnings
 from pathlib import Path
@@ -44,9 +46,15 @@ def read_index(path: Path) -> dict[str, dict[str, Any]]:
 
 
 def write_index(path: Path, entries: dict[str, dict[str, Any]]) -> None:
-    """Replace the index at `path` atomically, then its per-op dispatch views (see below)."""
-    atomic_write_text(path, json.dumps({"schema": SCHEMA_VERSION, "entries": entries}, indent=1, sort_keys=True))
-    write_dispatch_views(path, entries)
+    """Replace the index at `path` atomically, then its dispatch views (see below).
+
+    Each write gets a fresh generation id, first in the file so that a reader finds it in
+    the first bytes; the views name the generation they were derived from.
+    """
+    generation = uuid.uuid4().hex
+    body = json.dumps({"schema": SCHEMA_VERSION, "entries": entries}, indent=1, sort_keys=True)
+    atomic_write_text(path, f'{{"generation": "{generation}",' + body[1:])
+    write_dispatch_views(path, entries, generation)
 
 
 def atomic_write_text(path: Path, payload: str) -> None:
@@ -68,7 +76,8 @@ def atomic_write_text(path: Path, payload: str) -> None:
 # Dispatch views: what the runtime needs of the index, split by dispatch group (op and
 # coordinates), so a process's first call parses a few KB instead of the whole index (measured
 # on the H100 host: 18-21 ms for the index of 300 variants). `dispatch/manifest.json` records
-# the size and mtime of the index it was derived from and names each group's file, which is
+# the generation of the index it was derived from (which survives copying the cache, unlike
+# an mtime) and names each group's file, which is
 # content-addressed: publishing one entry writes one new group file and the manifest. A manifest
 # that does not match the current index (an older writer, a crash between the two writes) is
 # ignored and the runtime reads the index itself, so the index stays the only source of truth.
@@ -82,9 +91,17 @@ def coords_id(op: str, dispatch: dict[str, Any]) -> str:
     return op + "|" + ",".join(f"{k}={dispatch[k]}" for k in sorted(dispatch))
 
 
-def _index_stamp(index_path: Path) -> list[int]:
-    st = os.stat(index_path)
-    return [st.st_size, st.st_mtime_ns]
+_GENERATION = re.compile(rb'^\{"generation": "([0-9a-f]{32})"')
+
+
+def index_generation(index_path: Path) -> str | None:
+    """The generation id of the index at `index_path` (None: missing, or written without one)."""
+    try:
+        with open(index_path, "rb") as f:
+            m = _GENERATION.match(f.read(64))
+    except OSError:
+        return None
+    return m.group(1).decode() if m else None
 
 
 def _compact(key: str, data: dict[str, Any]) -> dict[str, Any] | None:
@@ -98,9 +115,10 @@ def _compact(key: str, data: dict[str, Any]) -> dict[str, Any] | None:
             "extra": {f: extra[f] for f in ("symbol", "runtime_key", "dispatch") if f in extra}}
 
 
-def write_dispatch_views(index_path: Path, entries: dict[str, dict[str, Any]]) -> None:
-    """Rewrite `dispatch/` next to the index from its entries (call with the index lock held)."""
-    stamp = _index_stamp(index_path)
+def write_dispatch_views(index_path: Path, entries: dict[str, dict[str, Any]], generation: str) -> None:
+    """Rewrite `dispatch/` next to the index (generation `generation`) from its entries.
+
+    Call with the index lock held."""
     runtimes: dict[str, dict[str, Any]] = {}
     groups: dict[str, list[dict[str, Any]]] = {}
     for key, data in entries.items():
@@ -120,7 +138,7 @@ def write_dispatch_views(index_path: Path, entries: dict[str, dict[str, Any]]) -
         if not (files / names[gid]).exists():
             atomic_write_text(files / names[gid], payload)
     atomic_write_text(index_path.parent / VIEWS_DIR / MANIFEST, json.dumps(
-        {"schema": SCHEMA_VERSION, "index": stamp, "runtimes": runtimes, "groups": names},
+        {"schema": SCHEMA_VERSION, "generation": generation, "runtimes": runtimes, "groups": names},
         separators=(",", ":"), sort_keys=True))
     live = set(names.values())
     for old in files.glob("*.json"):
@@ -134,13 +152,14 @@ class DispatchViews:
     def __init__(self, root: str | os.PathLike[str]) -> None:
         self.dir = Layout(Path(root)).schema_root / VIEWS_DIR
         self.manifest: dict[str, Any] | None = None
-        layout = Layout(Path(root))
+        generation = index_generation(Layout(Path(root)).index)
+        if generation is None:
+            return
         try:
             data = json.loads((self.dir / MANIFEST).read_text(encoding="utf-8"))
-            stamp = _index_stamp(layout.index)
         except (OSError, ValueError):
             return
-        if (isinstance(data, dict) and data.get("schema") == SCHEMA_VERSION and data.get("index") == stamp
+        if (isinstance(data, dict) and data.get("schema") == SCHEMA_VERSION and data.get("generation") == generation
                 and isinstance(data.get("groups"), dict) and isinstance(data.get("runtimes"), dict)):
             self.manifest = data
 

@@ -20,8 +20,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator, Mapping, Protocol
 
 from kernelforge.cache.entry import Entry
-from kernelforge.cache.index import (DispatchViews, fsync_dir, read_index, read_index_checked, write_dispatch_views,
-                                     write_index)
+from kernelforge.cache.index import DispatchViews, fsync_dir, read_index, read_index_checked, write_index
 from kernelforge.cache.layout import META_NAME, Layout, check_key, check_kind
 from kernelforge.errors import CacheError
 
@@ -51,7 +50,7 @@ class Store(Protocol):
         if not self.layout.index.exists() or DispatchViews(self.layout.root).manifest is not None:
             return False
         with self._index_lock():
-            write_dispatch_views(self.layout.index, read_index(self.layout.index))
+            write_index(self.layout.index, read_index(self.layout.index))  # a new generation, then views
         return True
 
     def remove(self, keys: Iterable[str]) -> int: ...
@@ -302,7 +301,7 @@ class CacheStore:
         if not self.layout.index.exists() or DispatchViews(self.layout.root).manifest is not None:
             return False
         with self._index_lock():
-            write_dispatch_views(self.layout.index, read_index(self.layout.index))
+            write_index(self.layout.index, read_index(self.layout.index))  # a new generation, then views
         return True
 
     def remove(self, keys: Iterable[str]) -> int:

@@ -145,7 +145,8 @@ def global_scale_arg(fmt: Format, g: Optional[torch.Tensor], device: torch.devic
         return g
     one = _ones.get(device)
     if one is None:
-        one = _ones[device] = torch.ones(1, dtype=torch.float32, device=device)
+        # A host-to-device copy, not a fill kernel: torch's first fill loads a CUDA module (ms).
+        one = _ones[device] = torch.tensor([1.0], dtype=torch.float32, device=device)
     return one
 
 

@@ -154,7 +154,7 @@ TOOLCHAIN_CHANGES = [
     (("cutlass_dsl", "nvidia-cutlass-dsl-libs-cu13"), "4.8.1", True),
     (("tvm_ffi_abi",), "0.2", False),
     (("compile_options",), "--enable-tvm-ffi --opt-level 2", False),
-    (("link", "recipe"), 2, True),
+    (("link", "recipe"), 99, True),
     (("link", "cudart"), {"nvidia-cuda-runtime-cu12": "12.9.80"}, True),
     (("link", "dialect_runtime_sha256"), "0" * 64, True),
     (("link", "cxx"), "g++ (GCC) 13.1.0", True),

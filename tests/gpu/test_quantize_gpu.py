@@ -174,6 +174,7 @@ def test_fast_path_repeats_into_the_same_buffers(fmt, mode, poison, monkeypatch)
     g = kernelforge.nvfp4_global_scale(torch.randn(64, device="cuda")) if FORMATS[fmt].has_global_scale else None
     out = kernelforge.quantize(_random(m, k, torch.bfloat16), fmt, global_scale=g, **_kwargs(fmt, mode, "swizzled"))
     n_memo = len(_common.fast_calls)
+    _check(_random(m, k, torch.bfloat16), fmt, mode, "swizzled", g, out=out)  # checked, then remembered
     with monkeypatch.context() as mp:
         def no_checks(*args, **kwargs):
             raise AssertionError("the checked path ran")

@@ -181,6 +181,7 @@ def test_fast_path_repeats_into_the_same_buffers(fmt, mode, poison, monkeypatch)
     out = kernelforge.rmsnorm_quantize(x, w, fmt, **_kwargs(mode, "swizzled", g))
     n_memo = len(_common.fast_calls)
     tally = Tally()
+    run_and_compare(x, None, w, fmt, mode, "swizzled", g, tally, out=out)  # checked, then remembered
     with monkeypatch.context() as mp:
         def no_checks(*args, **kwargs):
             raise AssertionError("the checked path ran")

@@ -9,6 +9,8 @@ from __future__ import annotations
 import re
 import shutil
 
+import json
+
 import pytest
 import torch
 
@@ -458,8 +460,13 @@ def test_dispatch_views_of_another_index_are_ignored(fake_cache):
     try:
         # The index rewritten by a writer that does not know about views (or a crash between
         # the two writes): the manifest no longer matches and the runtime reads the index itself.
-        index_mod.atomic_write_text(layout.index, text + "\n")
+        gen = index_mod.index_generation(layout.index)
+        index_mod.atomic_write_text(layout.index, text.replace(gen, "0" * 32))  # a crash before the views
         assert (views / index_mod.MANIFEST).read_text() == manifest
+        assert index_mod.DispatchViews(fake_cache).manifest is None
+        table = dispatch.DispatchTable(fake_cache)
+        assert _all_groups(table) == expected and table._full
+        index_mod.atomic_write_text(layout.index, json.dumps(json.loads(text) | {"generation": None}))  # older writer
         assert index_mod.DispatchViews(fake_cache).manifest is None
         table = dispatch.DispatchTable(fake_cache)
         assert _all_groups(table) == expected and table._full
@@ -486,7 +493,9 @@ def test_refresh_views_rewrites_views_that_do_not_match(fake_cache):
     store = CacheStore(fake_cache)
     assert store.refresh_views() is False  # they match
     layout = Layout(fake_cache)
-    index_mod.atomic_write_text(layout.index, layout.index.read_text() + " ")
+    entries = index_mod.read_index(layout.index)
+    index_mod.atomic_write_text(layout.index, json.dumps({"schema": 1, "entries": entries}))  # an older writer
+    assert index_mod.index_generation(layout.index) is None
     assert index_mod.DispatchViews(fake_cache).manifest is None
     assert store.refresh_views() is True
     assert index_mod.DispatchViews(fake_cache).manifest is not None
