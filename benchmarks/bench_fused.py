@@ -58,7 +58,8 @@ def _timed(fn) -> tuple[float | None, str]:
             return None, f"{type(exc2).__name__}: {str(exc2)[:160]}"
 
 
-def _compiled_refs():
+def _refs() -> dict:
+    """op -> (eager reference, torch.compile of it): pure torch, NUMERICS.md."""
     def ref_rms(x, w, g, fmt, mode):
         return quantize_ref(rmsnorm_ref(x, w), fmt, layout=LAYOUT, scale_mode=mode if mode != "none" else "floor",
                             global_scale=g)
@@ -67,11 +68,12 @@ def _compiled_refs():
         h, y = add_rmsnorm_ref(x, r, w)
         return h, quantize_ref(y, fmt, layout=LAYOUT, scale_mode=mode if mode != "none" else "floor", global_scale=g)
 
-    return {"rmsnorm": torch.compile(ref_rms, dynamic=True), "add_rmsnorm": torch.compile(ref_add, dynamic=True)}
+    return {"rmsnorm": (ref_rms, torch.compile(ref_rms, dynamic=True)),
+            "add_rmsnorm": (ref_add, torch.compile(ref_add, dynamic=True))}
 
 
 def rows(copy_gbs: float, compile_ref: bool, m_values, h_values) -> list[dict]:
-    refs = _compiled_refs() if compile_ref else {}
+    refs = _refs() if compile_ref else {}
     out = []
     for m in m_values:
         for h in h_values:
@@ -92,7 +94,7 @@ def rows(copy_gbs: float, compile_ref: bool, m_values, h_values) -> list[dict]:
                         y = torch.nn.functional.rms_norm(xs[i], (h,), w, 1e-6)
                         return kernelforge.quantize(y, fmt, out=res, **kw)
 
-                    ref = (lambda: refs[op](xs[next(it) % n], w, g, fmt, mode)) if refs else None
+                    ref = [(lambda f=f: f(xs[next(it) % n], w, g, fmt, mode)) for f in refs[op]] if refs else None
                 else:
                     res = kernelforge.add_rmsnorm_quantize(xs[0], rs[0], w, fmt, **kw)
 
@@ -106,17 +108,22 @@ def rows(copy_gbs: float, compile_ref: bool, m_values, h_values) -> list[dict]:
                         y = torch.nn.functional.rms_norm(rs[i], (h,), w, 1e-6)
                         return kernelforge.quantize(y, fmt, out=res, **kw)
 
-                    ref = (lambda: refs[op](xs[next(it) % n], rs[next(it) % n], w, g, fmt, mode)) if refs else None
+                    ref = ([(lambda f=f: f(xs[next(it) % n], rs[next(it) % n], w, g, fmt, mode)) for f in refs[op]]
+                           if refs else None)
                 us, _ = _timed(fused)
                 un_us, un_how = _timed(unfused)
-                ref_us, ref_how = _timed(ref) if ref else (None, "skipped")
+                ref_us, ref_how = _timed(ref[1]) if ref else (None, "skipped")
+                # The eager reference keeps several fp32 copies of x alive: skip it above 2^28 elements.
+                eager_us, _ = _timed(ref[0]) if ref and m * h <= 2**28 else (None, "skipped")
+                torch.cuda.empty_cache()
                 nbytes = fused_bytes(op, fmt, m, h)
                 row = {"op": op, "format": fmt, "mode": mode, "layout": LAYOUT, "M": m, "H": h, "us": us,
                        "GBps": nbytes / us / 1e3, "pct_copy": 100 * nbytes / us / 1e3 / copy_gbs,
                        "unfused_us": un_us, "unfused_timing": un_how, "ref_compiled_us": ref_us,
                        "ref_timing": ref_how,
                        "speedup_vs_unfused": un_us / us if un_us else None,
-                       "speedup_vs_compiled_ref": ref_us / us if ref_us else None}
+                       "speedup_vs_compiled_ref": ref_us / us if ref_us else None,
+                       "ref_eager_us": eager_us, "speedup_vs_eager_ref": eager_us / us if eager_us else None}
                 out.append(row)
                 print(f"{op:11} {fmt:5} {m:6}x{h:<6} {us:9.1f} us {row['GBps']:6.0f} GB/s {row['pct_copy']:5.1f}%  "
                       f"unfused {un_us or float('nan'):9.1f} us ({row['speedup_vs_unfused'] or float('nan'):.2f}x)  "

@@ -38,8 +38,10 @@ def case_bytes(fmt: str, m: int, k: int, layout: str) -> int:
     return m * k * 2 + m * k * f.element_bits // 8 + s
 
 
-def kernel_rows(copy_gbs: float, compile_ref: bool) -> list[dict]:
+def kernel_rows(copy_gbs: float, with_refs: bool) -> list[dict]:
+    """Every format, mode and layout over SHAPES; with_refs adds the eager and compiled references."""
     rows = []
+    compiled: dict = {}
     for m, k in SHAPES:
         xs = rotating_inputs(m, k)
         for fmt, mode in CASES:
@@ -51,75 +53,28 @@ def kernel_rows(copy_gbs: float, compile_ref: bool) -> list[dict]:
                 nbytes = case_bytes(fmt, m, k, layout)
                 row = {"format": fmt, "mode": mode, "layout": layout, "M": m, "K": k, "us": us,
                        "GBps": nbytes / us / 1e3, "pct_copy": 100 * nbytes / us / 1e3 / copy_gbs}
-                if compile_ref and layout == "linear":
-                    try:
-                        ref = torch.compile(lambda x: quantize_ref(x, fmt, layout=layout,
-                                                                   scale_mode=mode if mode != "none" else "floor"))
-                        ref(xs[0])
-                        it2 = iter(range(10**9))
-                        row["ref_compiled_us"] = bench_us(lambda: ref(xs[next(it2) % len(xs)]), iters=10, warmup=2)
-                        row["speedup_vs_compiled_ref"] = row["ref_compiled_us"] / us
-                    except Exception as exc:  # report, do not hide
-                        row["ref_compiled_us"] = None
-                        row["ref_compiled_error"] = f"{type(exc).__name__}: {str(exc)[:200]}"
+                if with_refs:
+                    def ref(x, fmt=fmt, mode=mode, layout=layout):
+                        return quantize_ref(x, fmt, layout=layout, scale_mode=mode if mode != "none" else "floor")
+
+                    key = (fmt, mode, layout)
+                    compiled.setdefault(key, torch.compile(ref, dynamic=True))
+                    for name, fn in (("compiled", compiled[key]), ("eager", ref)):
+                        try:
+                            it2 = iter(range(10**9))
+                            row[f"ref_{name}_us"] = bench_us(lambda: fn(xs[next(it2) % len(xs)]), iters=10, warmup=2)
+                            row[f"speedup_vs_{name}_ref"] = row[f"ref_{name}_us"] / us
+                        except Exception as exc:  # report, do not hide
+                            row[f"ref_{name}_us"] = None
+                            row[f"ref_{name}_error"] = f"{type(exc).__name__}: {str(exc)[:200]}"
+                        torch.cuda.empty_cache()
                 rows.append(row)
                 print(f"{fmt:6} {layout:8} {m:6}x{k:<5} {us:8.1f} us {row['GBps']:7.0f} GB/s {row['pct_copy']:5.1f}%"
-                      + (f"  compiled ref {row['ref_compiled_us']:.1f} us" if row.get("ref_compiled_us") else ""),
+                      + (f"  compiled ref {row['ref_compiled_us']:.1f} us" if row.get("ref_compiled_us") else "")
+                      + (f"  eager ref {row['ref_eager_us']:.1f} us" if row.get("ref_eager_us") else ""),
                       flush=True)
         del xs
     return rows
-
-
-COLD = r"""
-import time, torch
-x = torch.randn(4096, 4096, device="cuda", dtype=torch.bfloat16); torch.cuda.synchronize()
-t0 = time.perf_counter()
-import kernelforge
-kernelforge.quantize  # the ops (and tvm_ffi) load on first attribute access
-t1 = time.perf_counter()
-kernelforge.quantize(x, "{fmt}", layout="swizzled"); torch.cuda.synchronize()
-t2 = time.perf_counter()
-kernelforge.quantize(x, "{fmt}", layout="swizzled"); torch.cuda.synchronize()
-t3 = time.perf_counter()
-print((t1 - t0) * 1e3, (t2 - t1) * 1e3, (t3 - t2) * 1e3)
-"""
-
-
-def cold_start() -> list[dict]:
-    rows = []
-    index = json.loads((Path(kernelforge.set_cache_root(None)) / "v1" / "index.json").read_text())["entries"]
-    for fmt in FORMATS:
-        outs = [subprocess.run([sys.executable, "-c", COLD.replace("{fmt}", fmt)], capture_output=True,
-                               text=True, env=os.environ).stdout.split() for _ in range(3)]
-        vals = sorted((float(o[1]), float(o[0]), float(o[2])) for o in outs if len(o) == 3)
-        first, imp, second = vals[len(vals) // 2]
-        compile_s = [e["build_time_s"] for e in index.values() if e.get("kind") == "kernel"
-                     and e["name"].startswith(f"quantize.{fmt}.") and ".swizzled.bfloat16.aligned." in e["name"]]
-        rows.append({"format": fmt, "import_ms": imp, "first_call_ms": first, "second_call_ms": second,
-                     "dsl_compile_s": compile_s[0] if compile_s else None})
-        print(f"cold start {fmt}: import kernelforge {imp:.2f} ms, first call {first:.2f} ms "
-              f"(load + launch), second {second:.3f} ms; CuTe-DSL compile+link of it: "
-              f"{compile_s[0] if compile_s else float('nan'):.2f} s", flush=True)
-    return rows
-
-
-def host_overhead() -> dict:
-    """Per-call host time: kernelforge.quantize(out=...) vs calling the loaded function directly."""
-    from kernelforge.ops import _common
-
-    x = torch.randn(128, 256, device="cuda", dtype=torch.bfloat16)
-    out = kernelforge.quantize(x, "mxfp8")
-    q, s = out
-    coords = {"format": "mxfp8", "scale_mode": "floor", "layout": "linear", "dtype": "bfloat16"}
-    fn, _ = _common.dispatch_table().resolve("quantize", coords, torch.cuda.get_device_capability(), 256, 32, 256, 512)
-    direct = host_us(lambda: fn(x, q, s, None))
-    with_out = host_us(lambda: kernelforge.quantize(x, "mxfp8", out=out))
-    alloc = host_us(lambda: kernelforge.quantize(x, "mxfp8"))
-    res = {"direct_us": direct, "quantize_out_us": with_out, "quantize_alloc_us": alloc,
-           "overhead_out_us": with_out - direct, "overhead_alloc_us": alloc - direct}
-    print(f"host per call: direct {direct:.2f} us, quantize(out=) {with_out:.2f} us (+{with_out - direct:.2f}), "
-          f"quantize() {alloc:.2f} us (+{alloc - direct:.2f})", flush=True)
-    return res
 
 
 def main() -> None:
