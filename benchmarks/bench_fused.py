@@ -144,7 +144,7 @@ def host_overhead() -> dict:
     q, s = res
     coords = (("dtype", "bfloat16"), ("format", "mxfp8"), ("layout", "linear"), ("residual", "none"),
               ("scale_mode", "floor"))
-    fn = _common.kernel_for("rmsnorm_quantize", coords, 0, 1024, 32, x.data_ptr(), 2048)
+    fn = _common.kernel_for("rmsnorm_quantize", coords, 0, 1024, 32, x.data_ptr(), 2048, 128)
     op = torch.ops.kernelforge.rmsnorm_quantize
     r = {
         "direct_us": host_us(lambda: fn(x, None, w, q, s, None, 1e-6)),

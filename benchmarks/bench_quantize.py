@@ -77,6 +77,58 @@ def kernel_rows(copy_gbs: float, with_refs: bool) -> list[dict]:
     return rows
 
 
+COLD = r"""
+import time, torch
+x = torch.randn(4096, 4096, device="cuda", dtype=torch.bfloat16); torch.cuda.synchronize()
+t0 = time.perf_counter()
+import kernelforge
+kernelforge.quantize  # the ops (and tvm_ffi) load on first attribute access
+t1 = time.perf_counter()
+kernelforge.quantize(x, "{fmt}", layout="swizzled"); torch.cuda.synchronize()
+t2 = time.perf_counter()
+kernelforge.quantize(x, "{fmt}", layout="swizzled"); torch.cuda.synchronize()
+t3 = time.perf_counter()
+print((t1 - t0) * 1e3, (t2 - t1) * 1e3, (t3 - t2) * 1e3)
+"""
+
+
+def cold_start() -> list[dict]:
+    rows = []
+    index = json.loads((Path(kernelforge.set_cache_root(None)) / "v1" / "index.json").read_text())["entries"]
+    for fmt in FORMATS:
+        outs = [subprocess.run([sys.executable, "-c", COLD.replace("{fmt}", fmt)], capture_output=True,
+                               text=True, env=os.environ).stdout.split() for _ in range(3)]
+        vals = sorted((float(o[1]), float(o[0]), float(o[2])) for o in outs if len(o) == 3)
+        first, imp, second = vals[len(vals) // 2]
+        compile_s = [e["build_time_s"] for e in index.values() if e.get("kind") == "kernel"
+                     and e["name"].startswith(f"quantize.{fmt}.") and ".swizzled.bfloat16.aligned." in e["name"]]
+        rows.append({"format": fmt, "import_ms": imp, "first_call_ms": first, "second_call_ms": second,
+                     "dsl_compile_s": compile_s[0] if compile_s else None})
+        print(f"cold start {fmt}: import kernelforge {imp:.2f} ms, first call {first:.2f} ms "
+              f"(load + launch), second {second:.3f} ms; CuTe-DSL compile+link of it: "
+              f"{compile_s[0] if compile_s else float('nan'):.2f} s", flush=True)
+    return rows
+
+
+def host_overhead() -> dict:
+    """Per-call host time: kernelforge.quantize(out=...) vs calling the loaded function directly."""
+    from kernelforge.ops import _common
+
+    x = torch.randn(128, 256, device="cuda", dtype=torch.bfloat16)
+    out = kernelforge.quantize(x, "mxfp8")
+    q, s = out
+    coords = (("dtype", "bfloat16"), ("format", "mxfp8"), ("layout", "linear"), ("scale_mode", "floor"))
+    fn = _common.kernel_for("quantize", coords, 0, 256, 32, x.data_ptr(), 512, 128)  # what quantize() uses
+    direct = host_us(lambda: fn(x, q, s, None))
+    with_out = host_us(lambda: kernelforge.quantize(x, "mxfp8", out=out))
+    alloc = host_us(lambda: kernelforge.quantize(x, "mxfp8"))
+    res = {"direct_us": direct, "quantize_out_us": with_out, "quantize_alloc_us": alloc,
+           "overhead_out_us": with_out - direct, "overhead_alloc_us": alloc - direct}
+    print(f"host per call: direct {direct:.2f} us, quantize(out=) {with_out:.2f} us (+{with_out - direct:.2f}), "
+          f"quantize() {alloc:.2f} us (+{alloc - direct:.2f})", flush=True)
+    return res
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--json", default=None)

@@ -80,7 +80,7 @@ def _rmsnorm_quantize_args(v: Any) -> tuple[object, list[object]]:
     w = make_fake_compact_tensor(DTYPES[v.dtype], (k,), assumed_align=kc.vector_bytes)
     kernel = RMSNormQuantizeKernel(RMSNormQuantizeConfig(
         fmt=fmt, layout=v.layout, scale_mode=v.scale_mode, add_residual=add,
-        max_k=kc.max_k, units=kc.elements // fmt.block, cluster=kc.cluster))
+        max_k=kc.max_k, units=int(v.elements) // fmt.block, cluster=kc.cluster))
     q, s, g = _outputs(v, fmt, m)
     return kernel, [x, r, w, q, s, g, cutlass.Float32(1e-6), make_fake_stream(use_tvm_ffi_env_stream=True)]
 

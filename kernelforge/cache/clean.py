@@ -32,9 +32,11 @@ def clean(store: Store, *, all: bool = False, keep_toolchain_id: str | None = No
     report = CleanReport(root=store.root)
     doomed = []
     for entry in store.iter_entries():
-        if (all
-                or (keep_toolchain_id is not None and entry.toolchain_id != keep_toolchain_id)
-                or (keep_source_hashes is not None and entry.source_hash not in keep_source_hashes)):
+        # Tuning tables name builds by tuning values, not by toolchain: they stay until --all
+        # (the runtime ignores their choices for ops whose kernel sources changed).
+        if all or (entry.kind != "tuning" and (
+                (keep_toolchain_id is not None and entry.toolchain_id != keep_toolchain_id)
+                or (keep_source_hashes is not None and entry.source_hash not in keep_source_hashes))):
             doomed.append(entry)
     if doomed:
         store.remove(e.key for e in doomed)

@@ -120,6 +120,7 @@ def write_dispatch_views(index_path: Path, entries: dict[str, dict[str, Any]], g
 
     Call with the index lock held."""
     runtimes: dict[str, dict[str, Any]] = {}
+    tuning: dict[str, dict[str, Any]] = {}
     groups: dict[str, list[dict[str, Any]]] = {}
     for key, data in entries.items():
         c = _compact(key, data) if isinstance(data, dict) else None
@@ -127,6 +128,8 @@ def write_dispatch_views(index_path: Path, entries: dict[str, dict[str, Any]], g
             continue
         if data.get("kind") == "runtime":
             runtimes[key] = c
+        elif data.get("kind") == "tuning":
+            tuning[key] = c
         elif isinstance(data.get("op"), str):
             groups.setdefault(coords_id(data["op"], c["extra"].get("dispatch") or {}), []).append(c)
     files = index_path.parent / VIEWS_DIR / "groups"
@@ -138,7 +141,8 @@ def write_dispatch_views(index_path: Path, entries: dict[str, dict[str, Any]], g
         if not (files / names[gid]).exists():
             atomic_write_text(files / names[gid], payload)
     atomic_write_text(index_path.parent / VIEWS_DIR / MANIFEST, json.dumps(
-        {"schema": SCHEMA_VERSION, "generation": generation, "runtimes": runtimes, "groups": names},
+        {"schema": SCHEMA_VERSION, "generation": generation, "runtimes": runtimes, "tuning": tuning,
+         "groups": names},
         separators=(",", ":"), sort_keys=True))
     live = set(names.values())
     for old in files.glob("*.json"):

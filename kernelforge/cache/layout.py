@@ -17,7 +17,7 @@ from pathlib import Path
 from kernelforge.errors import CacheError
 
 SCHEMA_VERSION = 1
-KINDS = ("kernel", "runtime")
+KINDS = ("kernel", "runtime", "tuning")
 INDEX_NAME = "index.json"
 META_NAME = "meta.json"
 

@@ -15,6 +15,7 @@ import torch
 from ..config import resolve_cache_root
 from ..formats import DTYPE_BYTES, FORMATS, LAYOUTS, SWIZZLE_COLS, SWIZZLE_ROWS, Format
 from ..runtime.dispatch import DispatchTable
+from ..runtime.tuning import m_bucket
 
 DTYPES = {torch.bfloat16: "bfloat16", torch.float16: "float16", torch.float32: "float32"}
 PLANS = {name: (f, getattr(torch, f.data_dtype), getattr(torch, f.scale_dtype)) for name, f in FORMATS.items()}
@@ -22,6 +23,7 @@ MAX_BLOCKS = 2**31 - 1  # the kernels index scale blocks with 32-bit integers
 
 _table: Optional[DispatchTable] = None
 _capability: dict[int, tuple[int, int]] = {}
+_names: dict[int, str] = {}
 _fn_cache: dict[tuple, Callable] = {}
 _ones: dict[torch.device, torch.Tensor] = {}
 # Validated calls into caller buffers: key -> (function, weak refs to the tensors it must
@@ -72,19 +74,30 @@ def device_capability(index: int) -> tuple[int, int]:
     return cap
 
 
+def device_name(index: int) -> str:
+    """The device's name (what tuning tables are keyed by)."""
+    name = _names.get(index)
+    if name is None:
+        name = _names[index] = torch.cuda.get_device_name(index)
+    return name
+
+
 def kernel_for(op: str, coords: tuple[tuple[str, str], ...], dev: int, k: int, block: int,
-               ptr: int, stride_bytes: int) -> Callable:
+               ptr: int, stride_bytes: int, m: int) -> Callable:
     """The loaded function for `op` at `coords` (sorted (axis, value) pairs) and this input.
 
     The K-class choice depends on K, on the pointer alignment up to 16 bytes and on the row
-    stride mod 16 (every vector_bytes divides 16), so memoizing on exactly these is exact.
+    stride mod 16 (every vector_bytes divides 16), the tuned build on the bucket of M, so
+    memoizing on exactly these is exact.
     """
     align = ptr & -ptr if ptr else 1 << 30
     table = dispatch_table()
-    memo = (op, coords, dev, k, min(align, 16), stride_bytes % 16, table)
+    bucket = m_bucket(m)
+    memo = (op, coords, dev, k, min(align, 16), stride_bytes % 16, bucket, table)
     fn = _fn_cache.get(memo)
     if fn is None:
-        fn, _ = table.resolve(op, dict(coords), device_capability(dev), k, block, align, stride_bytes)
+        fn, _ = table.resolve(op, dict(coords), device_capability(dev), k, block, align, stride_bytes, m,
+                              device_name(dev))
         _fn_cache[memo] = fn
     return fn
 

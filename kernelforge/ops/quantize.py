@@ -72,7 +72,7 @@ def quantize(
         stride_bytes = x2.stride(0) * es if m > 1 else k * es
         fn = c.kernel_for("quantize", (("dtype", dtype), ("format", fmt.name), ("layout", layout),
                                        ("scale_mode", mode)),
-                          device.index, k, fmt.block, x2.data_ptr(), stride_bytes)
+                          device.index, k, fmt.block, x2.data_ptr(), stride_bytes, m)
         g_arg = c.global_scale_arg(fmt, global_scale, device)
         fn(x2, data if len(d_shape) == 2 else data.view(m, d_shape[-1]), scale, g_arg)
         if out is not None and x2 is x and data is out[0] and scale is out[1]:

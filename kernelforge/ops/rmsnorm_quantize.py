@@ -136,7 +136,7 @@ def _run(x, residual, weight, format, eps, layout, scale_mode, global_scale, out
         coords = (("dtype", dtype), ("format", fmt.name), ("layout", layout),
                   ("residual", "none" if residual is None else "add"), ("scale_mode", mode))
         fn = c.kernel_for("rmsnorm_quantize", coords, device.index, h, fmt.block, x_ptr,
-                          h * DTYPE_BYTES[dtype])
+                          h * DTYPE_BYTES[dtype], m)
         g_arg = c.global_scale_arg(fmt, global_scale, device)
         flat = len(shape) == 2
         fn(x if flat else x.view(m, h), None if residual is None else residual.view(m, h), weight,

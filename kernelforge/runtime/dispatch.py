@@ -10,17 +10,19 @@ variant a lookup is one dict access.
 from __future__ import annotations
 
 import threading
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
 from ..cache.index import DispatchViews, coords_id, load_index_for_runtime, with_main_path
 from ..cache.layout import Layout
-from ..errors import KernelNotBuilt, SpecError, UnsupportedShape
+from ..errors import CorruptArtifact, KernelNotBuilt, SpecError, UnsupportedShape
 from ..sources import OP_SOURCES, source_hash
 from ..spec.model import KClass
 from .arch import arch_runs_on
-from .loader import load_function
+from .loader import load_function, read_verified_json
+from .tuning import TuningTable, heuristic_rank, m_bucket, table_entry_for, tuning_values
 
 
 @dataclass(frozen=True)
@@ -46,6 +48,8 @@ class DispatchTable:
         self._full = False  # every group built from the index itself
         self._runtimes: dict[str, dict[str, Any]] = {}
         self._stale: dict[str, int] = {}
+        self._tuning: list[dict[str, Any]] = []  # tuning-table entries (from the full index)
+        self._tables: dict[tuple[str, str, str], TuningTable | None] = {}
 
     def _group(self, group: str) -> list[Candidate]:
         cands = self._groups.get(group)
@@ -71,6 +75,9 @@ class DispatchTable:
         for entry in load_index_for_runtime(self.root).values():
             if entry.get("kind") == "runtime":
                 runtimes.append(entry)
+                continue
+            if entry.get("kind") == "tuning":
+                self._tuning.append(entry)
                 continue
             group = coords_id(entry.get("op", ""), (entry.get("extra") or {}).get("dispatch") or {})
             entries.setdefault(group, []).append(entry)
@@ -118,19 +125,64 @@ class DispatchTable:
         return usable
 
     def resolve(self, op: str, coords: dict[str, Any], capability: tuple[int, int],
-                k: int, block: int, ptr_align: int, stride_bytes: int) -> tuple[Callable, Candidate]:
-        """The loaded function of the most specialized cached K-class that accepts the input."""
+                k: int, block: int, ptr_align: int, stride_bytes: int, m: int = 0,
+                device: str = "") -> tuple[Callable, Candidate]:
+        """The loaded function for this input: the most specialized cached K-class that accepts
+        it, and among that class's builds the one tuned for (device, M bucket), else the heuristic."""
         cands = self.candidates(op, coords, capability)
-        for c in cands:
-            if c.accepts(k, block, ptr_align, stride_bytes):
-                runtime = self._runtimes.get(c.entry.get("extra", {}).get("runtime_key", ""))
-                return load_function(c.entry, runtime), c
+        accepting = [c for c in cands if c.accepts(k, block, ptr_align, stride_bytes)]
+        if accepting:
+            first = accepting[0]
+            pool = [c for c in accepting if c.kclass.name == first.kclass.name and c.arch == first.arch]
+            c = self.pick(op, coords, pool, m, device)
+            runtime = self._runtimes.get(c.entry.get("extra", {}).get("runtime_key", ""))
+            return load_function(c.entry, runtime), c
         if cands:
             raise UnsupportedShape(
                 f"x: no cached {op} kernel accepts K = {k} (the last dimension) with a {ptr_align}-byte "
                 f"aligned pointer and a row stride of {stride_bytes} bytes; cached K-classes: "
                 + "; ".join(_describe(c.kclass) for c in cands))
         raise self.not_built(op, coords, capability)
+
+    def pick(self, op: str, coords: dict[str, Any], pool: list[Candidate], m: int, device: str) -> Candidate:
+        """Among builds of one K-class and arch: the tuning table's choice, else the heuristic."""
+        values = [tuning_values(op, (c.entry.get("variant") or {}).get("axes") or {}) for c in pool]
+        table = self.tuning_table(device, pool[0].arch, op) if device else None
+        if table is not None:
+            want = table.choice(op, coords_id(op, coords), pool[0].kclass.name, m_bucket(m))
+            for c, v in zip(pool, values):
+                if want is not None and v == want:
+                    return c
+        ranked = sorted(zip(pool, values), key=lambda cv: heuristic_rank(op, cv[0].kclass.max_k, cv[1]))
+        return ranked[0][0]
+
+    def tuning_table(self, device: str, arch_name: str, op: str) -> TuningTable | None:
+        """The table for (device name, arch, op's sources), loaded and checksum-verified once; None if none fits."""
+        key = (device, arch_name, op)
+        if key in self._tables:
+            return self._tables[key]
+        table = None
+        if self._views is None or self._views.manifest is None:
+            self._load_index_once()
+            entries = self._tuning
+        else:
+            layout = Layout(self.root)
+            entries = [e for e in (with_main_path(layout, t) for t in self._views.manifest.get("tuning", {}).values())
+                       if e is not None]
+        entry = table_entry_for(entries, device, arch_name, op)
+        if entry is not None:
+            try:
+                table = TuningTable(read_verified_json(entry))
+            except (CorruptArtifact, ValueError, KeyError, TypeError) as exc:
+                warnings.warn(f"kernelforge: ignoring tuning table {entry.get('name')}: {exc}", RuntimeWarning,
+                              stacklevel=2)
+        self._tables[key] = table
+        return table
+
+    def _load_index_once(self) -> None:
+        with self._lock:
+            if not self._full:
+                self._load_index()
 
     def not_built(self, op: str, coords: dict[str, Any], capability: tuple[int, int]) -> KernelNotBuilt:
         arch = f"sm_{capability[0]}{capability[1]}a"

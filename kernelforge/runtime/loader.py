@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import hashlib
+import json
 import threading
 from pathlib import Path
 from typing import Any
@@ -29,6 +30,13 @@ def _check_sha256(path: Path, expected: str, what: str) -> None:
             f"{expected[:16]}...; run `kernelforge cache verify` and rebuild with `kernelforge build`"
         )
     _checked.add(key)
+
+
+def read_verified_json(entry: dict[str, Any]) -> Any:
+    """The JSON content of an entry's main file, after checking its sha256."""
+    path = Path(entry["main_path"])
+    _check_sha256(path, entry["sha256"], entry.get("kind", "cache") + " file")
+    return json.loads(path.read_text(encoding="utf-8"))
 
 
 def load_function(entry: dict[str, Any], runtime_entry: dict[str, Any] | None) -> Any:

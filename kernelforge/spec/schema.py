@@ -127,6 +127,9 @@ AXES: dict[str, Axis] = {
              expected="an integer in 1..16", abbrev="u"),
         # Fused RMSNorm ops: "none" = rmsnorm(x), "add" = rmsnorm(x + residual), residual updated.
         Axis("residual", str, choices=("none", "add")),
+        # Elements of a row each thread keeps in registers (whole scale blocks of every format).
+        Axis("elements", int, check=lambda v: 32 <= v <= 256 and v % 32 == 0,
+             expected="a multiple of 32 in 32..256", abbrev="e"),
     )
 }
 
@@ -155,10 +158,10 @@ OP_SCHEMAS: dict[str, OpSchema] = {
         _schema(
             "rmsnorm_quantize",
             ("format", "scale_mode", "layout", "dtype", "residual", "kclass", "arch"),
-            (),
+            ("elements",),
             (Constraint(("format", "scale_mode"), _scale_mode_fits_format),),
             domains=(HALF_DTYPE,),
-            kclass_required=("max_k", "elements"),
+            kclass_required=("max_k",),
         ),
     )
 }

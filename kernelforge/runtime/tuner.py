@@ -1,0 +1,152 @@
+"""`kernelforge tune`: time every build candidate on this GPU and store the winners in the cache.
+
+For each dispatch group, K-class and bucket of M, every build of that K-class (the candidates
+differ only in tuning axes) runs on the same inputs: CUDA-graph replays of back-to-back calls
+over enough inputs to exceed 4x the L2 cache. The fastest build's tuning values go into a table
+keyed by device name and arch, together with each op's kernel source hash; the table is
+published into the cache as a checksummed entry of kind "tuning" (listed by `cache ls`, checked
+by `cache verify`) and read by the runtime (runtime/tuning.py).
+"""
+from __future__ import annotations
+
+import datetime
+import fnmatch
+import hashlib
+import json
+import math
+from pathlib import Path
+from typing import Any, Callable
+
+import torch
+
+from ..cache import CacheStore
+from ..formats import FORMATS
+from ..ops import _common as c
+from ..sources import source_hash
+from .arch import arch_runs_on
+from .dispatch import Candidate, DispatchTable
+from .loader import load_function
+from .tuning import BUCKET_SAMPLE_M, M_BUCKETS, SCHEMA, TUNING_AXES, tuning_values
+
+TORCH_DTYPES = {"bfloat16": torch.bfloat16, "float16": torch.float16, "float32": torch.float32}
+
+
+def gpu_us(calls: list[Callable[[], Any]], replays: int = 10) -> float:
+    """Median GPU time per call of one CUDA-graph replay of `calls` (run back to back)."""
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s):
+        for f in calls:
+            f()
+    torch.cuda.current_stream().wait_stream(s)
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        for f in calls:
+            f()
+    times = []
+    for i in range(replays + 2):
+        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        a.record()
+        g.replay()
+        b.record()
+        b.synchronize()
+        if i >= 2:
+            times.append(a.elapsed_time(b) * 1000 / len(calls))
+    return sorted(times)[len(times) // 2]
+
+
+def problem_k(op: str, cand: Candidate, block: int) -> int:
+    """The K (or H) a K-class is timed at: its bound, or 4096 (one block less where the class
+    admits K that is not a multiple of 4 blocks, the case it exists for)."""
+    kc = cand.kclass
+    if kc.max_k:
+        return kc.max_k
+    return 4096 if kc.k_multiple_blocks % 4 == 0 else 4096 - block
+
+
+def make_calls(op: str, coords: dict[str, str], fn: Callable, m: int, k: int, l2_bytes: int) -> list[Callable]:
+    """Calls of `fn` on rotating fresh inputs of shape [m, k] (at least 4x L2 in total)."""
+    fmt = FORMATS[coords["format"]]
+    dtype = TORCH_DTYPES[coords["dtype"]]
+    d_shape, s_shape = c.output_shapes(fmt, (m, k), m, coords["layout"])
+    data = torch.empty(d_shape, dtype=getattr(torch, fmt.data_dtype), device="cuda")
+    scale = torch.empty(s_shape, dtype=getattr(torch, fmt.scale_dtype), device="cuda")
+    g = torch.ones(1, dtype=torch.float32, device="cuda") if fmt.has_global_scale else None
+    per_input = m * k * dtype.itemsize * (2 if coords.get("residual") == "add" else 1)
+    n = max(1, min(32, math.ceil(4 * l2_bytes / per_input)))
+    calls = []
+    for _ in range(n):
+        x = torch.randn(m, k, device="cuda").to(dtype)
+        if op == "quantize":
+            calls.append(lambda x=x: fn(x, data, scale, g))
+        else:
+            w = torch.randn(k, device="cuda").to(dtype)
+            r = torch.randn(m, k, device="cuda").to(dtype) if coords.get("residual") == "add" else None
+            calls.append(lambda x=x, r=r, w=w: fn(x, r, w, data, scale, g, 1e-6))
+    return calls
+
+
+def tune(root: Path, device_label: str | None = None, only: str = "*",
+         log: Callable[[str], None] = print) -> dict[str, Any]:
+    """Time every candidate in the cache at `root` on the current GPU; return the table."""
+    dev = torch.cuda.current_device()
+    cap = torch.cuda.get_device_capability(dev)
+    device = device_label or torch.cuda.get_device_name(dev)
+    l2 = torch.cuda.get_device_properties(dev).L2_cache_size
+    table = DispatchTable(root)
+    table._load_index_once()
+    choices: dict[str, dict[str, list[dict[str, Any] | None]]] = {}
+    timings: dict[str, dict[str, list[dict[str, float]]]] = {}
+    archs, toolchains = set(), set()
+    for group, cands in sorted(table._groups.items()):
+        op = group.split("|", 1)[0]
+        if op not in TUNING_AXES or not fnmatch.fnmatch(group, only):
+            continue
+        pools: dict[tuple[str, str], list[Candidate]] = {}
+        for cand in cands:
+            if arch_runs_on(cand.arch, cap):
+                pools.setdefault((cand.kclass.name, cand.arch), []).append(cand)
+        for (kc_name, arch), pool in sorted(pools.items()):
+            if len(pool) < 2:
+                continue
+            archs.add(arch)
+            toolchains.update(p.entry.get("toolchain_id", "") for p in pool)
+            coords = dict(pool[0].entry["extra"]["dispatch"])
+            k = problem_k(op, pool[0], FORMATS[coords["format"]].block)
+            fns = [load_function(p.entry, table._runtimes.get(p.entry["extra"].get("runtime_key", ""))) for p in pool]
+            per_bucket, times = [], []
+            for m in BUCKET_SAMPLE_M:
+                us = [gpu_us(make_calls(op, coords, fn, m, k, l2)) for fn in fns]
+                torch.cuda.empty_cache()
+                best = min(range(len(pool)), key=us.__getitem__)
+                values = [tuning_values(op, p.entry["variant"]["axes"]) for p in pool]
+                per_bucket.append(values[best])
+                times.append({json.dumps(v, sort_keys=True): round(t, 3) for v, t in zip(values, us)})
+                log(f"{group} {kc_name} M={m} K={k}: " + ", ".join(
+                    f"{json.dumps(v, sort_keys=True)} {t:.1f} us" for v, t in zip(values, us)) + f" -> {values[best]}")
+            choices.setdefault(group, {})[kc_name] = per_bucket
+            timings.setdefault(group, {})[kc_name] = times
+    if len(archs) > 1:
+        raise RuntimeError(f"candidates of several arches ran here ({sorted(archs)}); tune one arch per cache")
+    return {"schema": SCHEMA, "device": device, "arch": next(iter(archs), f"sm_{cap[0]}{cap[1]}a"),
+            "created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+            "toolchain_id": sorted(toolchains)[0] if len(toolchains) == 1 else "",
+            "m_buckets": list(M_BUCKETS), "bucket_sample_m": list(BUCKET_SAMPLE_M),
+            "sources": {op: source_hash(op) for op in TUNING_AXES}, "choices": choices, "timings_us": timings}
+
+
+def publish_table(store: CacheStore, data: dict[str, Any]) -> str:
+    """Publish a tuning table into the cache as an entry of kind "tuning"; return its key."""
+    payload = json.dumps(data, indent=1, sort_keys=True)
+    key = hashlib.sha256(payload.encode()).hexdigest()
+    staging = store.staging_dir()
+    (staging / "table.json").write_text(payload, encoding="utf-8")
+    slug = "".join(ch if ch.isalnum() else "_" for ch in data["device"]).strip("_").lower()
+    # The table names builds by their tuning values, not by key, so it stays valid for any
+    # toolchain that builds the same kernel sources (the runtime checks those per op).
+    store.publish(key, staging, kind="tuning", op="tuning", name=f"tuning.{slug}.{data['arch']}",
+                  variant={"axes": {"device": data["device"], "arch": data["arch"], "measured": data["created"],
+                                    "sources": data["sources"]}, "kclass": {}},
+                  arch=data["arch"], toolchain_id=data.get("toolchain_id", ""), toolchain={}, source_hash="",
+                  main_file="table.json", build_time_s=0.0)
+    return key

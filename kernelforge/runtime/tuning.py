@@ -1,0 +1,82 @@
+"""Which build of a K-class serves a call: the GPU tuning table, else a documented heuristic.
+
+The candidates of one dispatch group and K-class differ only in their tuning axes (threads per
+CTA, elements per thread, ...); all compute identical bytes, they differ in speed. `kernelforge
+tune` times them on a GPU for each bucket of M and stores the winners as a tuning table in the
+cache. The runtime uses the newest table measured on a device of the same name and arch, for
+the ops whose kernel sources match the table's; otherwise `heuristic_rank` decides:
+
+* quantize: 128 threads per CTA, then fewer units per thread (measured best on an H100 in
+  most shapes; see benchmarks/RESULTS.md).
+* rmsnorm_quantize: 32 elements per thread for hidden sizes up to 8192, 64 above (H100: 64
+  keeps more bytes in flight per thread where a row spans many warps or CTAs).
+"""
+from __future__ import annotations
+
+import json
+from bisect import bisect_left
+from pathlib import Path
+from typing import Any, Mapping
+
+from ..sources import source_hash
+
+SCHEMA = 1
+M_BUCKETS = (256, 4096)  # upper bounds of M for the first buckets; the last bucket is open
+BUCKET_SAMPLE_M = (128, 2048, 16384)  # the M that `kernelforge tune` times for each bucket
+TUNING_AXES = {"quantize": ("threads", "units_per_thread"), "rmsnorm_quantize": ("elements",)}
+
+
+def m_bucket(m: int) -> int:
+    """Index of the M bucket of a call with m rows."""
+    return bisect_left(M_BUCKETS, m)
+
+
+def tuning_values(op: str, axes: Mapping[str, Any]) -> dict[str, Any]:
+    """The tuning-axis values of a build (its variant axes minus the dispatch axes)."""
+    return {a: axes.get(a) for a in TUNING_AXES.get(op, ())}
+
+
+def heuristic_rank(op: str, max_k: int, values: Mapping[str, Any]) -> tuple:
+    """Sort key of a candidate when no tuning table applies: the smallest is chosen."""
+    if op == "quantize":
+        return (values.get("threads") != 128, values.get("units_per_thread") or 0)
+    if op == "rmsnorm_quantize":
+        return (values.get("elements") != (64 if max_k > 8192 else 32),)
+    return ()
+
+
+class TuningTable:
+    """A parsed tuning table: (group, K-class, M bucket) -> the winning tuning values."""
+
+    def __init__(self, data: Mapping[str, Any]) -> None:
+        if data.get("schema") != SCHEMA or tuple(data.get("m_buckets", ())) != M_BUCKETS:
+            raise ValueError("tuning table: unknown schema or M buckets")
+        self.device: str = data["device"]
+        self.arch: str = data["arch"]
+        self.sources: dict[str, str] = dict(data["sources"])
+        self.choices: dict[str, dict[str, list[dict[str, Any] | None]]] = data["choices"]
+
+    def choice(self, op: str, group: str, kclass: str, bucket: int) -> dict[str, Any] | None:
+        """The tuned values for this call, or None (not tuned, or built from other sources)."""
+        if self.sources.get(op) != source_hash(op):
+            return None
+        per_bucket = self.choices.get(group, {}).get(kclass)
+        if not per_bucket or bucket >= len(per_bucket):
+            return None
+        return per_bucket[bucket]
+
+    @classmethod
+    def read(cls, path: str | Path) -> TuningTable:
+        return cls(json.loads(Path(path).read_text(encoding="utf-8")))
+
+
+def table_entry_for(entries: list[dict[str, Any]], device: str, arch_name: str, op: str) -> dict[str, Any] | None:
+    """The newest tuning-table cache entry measured on `device` for `arch_name` on the kernel
+    sources of `op` that this package ships, if any."""
+    want = source_hash(op)
+    mine = []
+    for e in entries:
+        axes = (e.get("variant") or {}).get("axes") or {}
+        if axes.get("device") == device and axes.get("arch") == arch_name and (axes.get("sources") or {}).get(op) == want:
+            mine.append((str(axes.get("measured", "")), str(e.get("created", "")), e))
+    return max(mine, key=lambda t: t[:2])[2] if mine else None

@@ -1,0 +1,161 @@
+"""Tuning tables: the runtime's choice among a K-class's builds, and the heuristic without one.
+
+Runs on the CPU over a fake cache whose index was written by CacheStore.publish; module files
+are dummies and `load_function` is replaced, so what is checked is which build is chosen.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import shutil
+
+import pytest
+
+from kernelforge.cache import CacheStore
+from kernelforge.runtime import dispatch
+from kernelforge.runtime.tuner import publish_table
+from kernelforge.runtime.tuning import M_BUCKETS, SCHEMA, TuningTable, heuristic_rank, m_bucket
+from kernelforge.sources import source_hash
+
+COORDS = {"format": "nvfp4", "scale_mode": "none", "layout": "swizzled", "dtype": "bfloat16", "residual": "none"}
+GROUP = "rmsnorm_quantize|dtype=bfloat16,format=nvfp4,layout=swizzled,residual=none,scale_mode=none"
+H100 = "NVIDIA H100 80GB HBM3"
+
+
+def _meta(kclass: str, max_k: int, elements: int, src: str) -> dict:
+    name = f"rmsnorm_quantize.nvfp4.none.swizzled.bfloat16.none.{kclass}.sm_90a.e{elements}"
+    axes = {**COORDS, "kclass": kclass, "arch": "sm_90a", "elements": elements}
+    return dict(kind="kernel", op="rmsnorm_quantize", name=name,
+                variant={"axes": dict(sorted(axes.items())), "op": "rmsnorm_quantize",
+                         "kclass": {"k_multiple_blocks": 1, "name": kclass, "vector_bytes": 16, "max_k": max_k}},
+                arch="sm_90a", toolchain_id="tc", toolchain={}, source_hash=src, main_file="module.so",
+                build_time_s=0.0, extra={"symbol": "kf_" + name.replace(".", "_"), "runtime_key": "rt" * 32,
+                                         "dispatch": dict(COORDS)})
+
+
+def _publish(store: CacheStore, key: str, payload: bytes, **meta) -> None:
+    staging = store.staging_dir()
+    (staging / meta["main_file"]).write_bytes(payload)
+    store.publish(key, staging, **meta)
+
+
+def _table(choices: dict, *, device: str = H100, sources: dict | None = None) -> dict:
+    return {"schema": SCHEMA, "device": device, "arch": "sm_90a", "created": "2026-11-22T00:00:00+00:00",
+            "m_buckets": list(M_BUCKETS), "sources": sources or {"rmsnorm_quantize": source_hash("rmsnorm_quantize")},
+            "choices": choices, "toolchain_id": "tc"}
+
+
+@pytest.fixture
+def cache(tmp_path, monkeypatch):
+    store = CacheStore(tmp_path / "cache")
+    src = source_hash("rmsnorm_quantize")
+    for kclass, max_k in (("h8k", 8192), ("h32k", 32768)):
+        for e in (32, 64):
+            meta = _meta(kclass, max_k, e, src)
+            _publish(store, hashlib.sha256(meta["name"].encode()).hexdigest(), meta["name"].encode(), **meta)
+    _publish(store, "rt" * 32, b"runtime", kind="runtime", op="runtime", name="runtime-x", variant={}, arch="host",
+             toolchain_id="tc", toolchain={}, source_hash="", main_file="libkfrt-x.so", build_time_s=0.0)
+    monkeypatch.setattr(dispatch, "load_function", lambda entry, runtime: entry["name"])
+    return store
+
+
+def _chosen(store: CacheStore, h: int, m: int, device: str = H100) -> str:
+    fn, _ = dispatch.DispatchTable(store.root).resolve("rmsnorm_quantize", COORDS, (9, 0), h, 16, 256, 2 * h, m,
+                                                      device)
+    return fn.rsplit(".", 1)[1]
+
+
+def test_m_buckets():
+    assert [m_bucket(m) for m in (1, 256, 257, 4096, 4097, 10**6)] == [0, 0, 1, 1, 2, 2]
+
+
+def test_heuristic_without_a_table(cache):
+    # Documented heuristic: 32 elements per thread up to H = 8192, 64 above; quantize: 128 threads.
+    assert _chosen(cache, 4096, 128) == "e32" and _chosen(cache, 16384, 128) == "e64"
+    assert heuristic_rank("quantize", 0, {"threads": 128, "units_per_thread": 1}) < \
+        heuristic_rank("quantize", 0, {"threads": 256, "units_per_thread": 1})
+
+
+def test_table_choice_per_bucket_and_device(cache):
+    publish_table(cache, _table({GROUP: {"h8k": [{"elements": 64}, {"elements": 32}, {"elements": 64}]}}))
+    assert [_chosen(cache, 8192, m) for m in (100, 2048, 65536)] == ["e64", "e32", "e64"]
+    assert _chosen(cache, 32768, 100) == "e64"  # K-class not in the table: heuristic
+    assert _chosen(cache, 8192, 100, device="NVIDIA H200") == "e32"  # another device: heuristic
+
+
+def test_newest_table_of_the_device_wins_and_stale_sources_are_ignored(cache):
+    old = _table({GROUP: {"h8k": [{"elements": 64}] * 3}})
+    publish_table(cache, old)
+    new = dict(_table({GROUP: {"h8k": [{"elements": 32}, {"elements": 64}, {"elements": 64}]}}),
+               created="2026-11-23T00:00:00+00:00")
+    publish_table(cache, new)
+    assert _chosen(cache, 8192, 100) == "e32" and _chosen(cache, 8192, 2048) == "e64"
+    stale = dict(_table({GROUP: {"h8k": [{"elements": 64}] * 3}}, sources={"rmsnorm_quantize": "0" * 64}),
+                 created="2026-11-24T00:00:00+00:00")
+    publish_table(cache, stale)
+    assert _chosen(cache, 8192, 100) == "e32"  # measured on other kernel sources: heuristic
+
+
+def test_corrupt_table_is_refused_with_a_warning(cache):
+    publish_table(cache, _table({GROUP: {"h8k": [{"elements": 64}] * 3}}))
+    entry = next(e for e in cache.iter_entries() if e.kind == "tuning")
+    path = cache.entry_dir(entry) / entry.main_file
+    path.chmod(0o644)
+    path.write_text(path.read_text().replace('"elements": 64', '"elements": 32'))
+    with pytest.warns(RuntimeWarning, match="tuning table"):
+        assert _chosen(cache, 8192, 100) == "e32"
+
+
+def test_table_entries_are_listed_verified_and_survive_clean_stale(cache, tmp_path):
+    from typer.testing import CliRunner
+
+    from kernelforge.cache import clean, verify
+    from kernelforge.cli import app
+
+    path = tmp_path / "h100.json"
+    path.write_text(json.dumps(_table({GROUP: {"h8k": [{"elements": 64}] * 3}})))
+    res = CliRunner().invoke(app, ["tune", "--cache", str(cache.root), "--import", str(path)])
+    assert res.exit_code == 0, res.output
+    kinds = [e.kind for e in cache.iter_entries()]
+    assert kinds.count("tuning") == 1 and verify(cache).ok
+    assert "tuning.nvidia_h100_80gb_hbm3.sm_90a" in CliRunner().invoke(app, ["cache", "ls", "--cache", str(cache.root)]).output
+    clean(cache, keep_toolchain_id="another", keep_source_hashes={""})
+    assert [e.kind for e in cache.iter_entries()] == ["tuning"]
+    bad = tmp_path / "bad.json"
+    bad.write_text(json.dumps({"schema": SCHEMA, "device": "x"}))
+    res = CliRunner().invoke(app, ["tune", "--cache", str(cache.root), "--import", str(bad)])
+    assert res.exit_code != 0 and "not a kernelforge tuning table" in res.output
+
+
+def test_table_schema_is_checked():
+    with pytest.raises(ValueError):
+        TuningTable({**_table({}), "m_buckets": [1, 2, 3]})
+    with pytest.raises(KeyError):
+        TuningTable({"schema": SCHEMA, "m_buckets": list(M_BUCKETS)})
+
+
+def test_committed_tables_are_valid_and_name_built_candidates():
+    from pathlib import Path
+
+    from kernelforge.spec import load_specs
+
+    repo = Path(__file__).resolve().parents[2]
+    tables = sorted((repo / "tuning").glob("*.json"))
+    assert tables, "no committed tuning table under tuning/"
+    variants = [v for spec in load_specs(sorted((repo / "specs").glob("*.toml"))) for v in spec.variants]
+    axes = {(v.op, v.arch, v.kclass.name, tuple(sorted(dict(v.coords).items()))) for v in variants}
+    for path in tables:
+        data = json.loads(path.read_text())
+        t = TuningTable(data)
+        assert t.choices
+        for group, per_class in t.choices.items():
+            op, coords = group.split("|", 1)
+            dispatch_coords = dict(kv.split("=") for kv in coords.split(","))
+            for kclass, buckets in per_class.items():
+                assert len(buckets) == len(M_BUCKETS) + 1
+                for values in buckets:
+                    full = {**dispatch_coords, "kclass": kclass, "arch": t.arch, **values}
+                    assert any(a[0] == op and a[1] == t.arch and a[2] == kclass
+                               and all(dict(a[3]).get(k) in (v, int(v) if str(v).isdigit() else v)
+                                       for k, v in full.items()) for a in axes), (path.name, group, kclass, values)
+    shutil.rmtree(repo / "tuning" / "__pycache__", ignore_errors=True)
