@@ -23,8 +23,8 @@ from kernelforge.formats import FORMATS  # noqa: E402
 from kernelforge.sources import source_hash  # noqa: E402
 
 INSTR = re.compile(r"/\*[0-9a-f]{4,}\*/\s+(@!?U?P\w+\s+)?([A-Z][A-Z0-9_.]+)")
-DEFAULT = ["quantize.*.linear.bfloat16.aligned.sm_90a.*", "rmsnorm_quantize.*.linear.bfloat16.none.h8k.sm_90a",
-           "rmsnorm_quantize.*.linear.bfloat16.none.h32k.sm_90a"]
+DEFAULT = ["quantize.*.swizzled.bfloat16.aligned.sm_90a.*", "rmsnorm_quantize.*.swizzled.bfloat16.none.h2k.sm_90a.*",
+           "rmsnorm_quantize.*.swizzled.bfloat16.none.h8k.sm_90a.*", "rmsnorm_quantize.*.swizzled.bfloat16.none.h32k.sm_90a.*"]
 
 
 def elements_per_thread(entry: dict) -> int:
@@ -32,7 +32,7 @@ def elements_per_thread(entry: dict) -> int:
     fmt = FORMATS[v["axes"]["format"]]
     if entry["op"] == "quantize":
         return fmt.block * int(v["axes"]["units_per_thread"])
-    return int(v["kclass"]["elements"])
+    return int(v["axes"]["elements"])
 
 
 def embedded_cubins(so: Path, out_dir: Path) -> list[Path]:
