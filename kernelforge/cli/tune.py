@@ -37,7 +37,8 @@ def tune(
     if not torch.cuda.is_available():
         typer.echo("error: kernelforge tune needs a CUDA GPU (it times the cached kernels)", err=True)
         raise typer.Exit(2)
-    from ..runtime.tuner import publish_table, tune as run
+    from ..runtime.tuner import tune as run
+    from ..runtime.tuning import publish_table
 
     data = run(root, device_name, only, log=typer.echo)
     if not data["choices"]:
@@ -56,8 +57,7 @@ def import_table(store: CacheStore, path: Path) -> str:
     """Publish a tuning-table file into the cache (validated first); return the entry name.
 
     Raises ValueError for a file that is not a tuning table."""
-    from ..runtime.tuner import publish_table
-    from ..runtime.tuning import TuningTable
+    from ..runtime.tuning import TuningTable, publish_table
 
     try:
         data = json.loads(Path(path).read_text(encoding="utf-8"))

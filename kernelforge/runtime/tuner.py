@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import datetime
 import fnmatch
-import hashlib
 import json
 import math
 from pathlib import Path
@@ -19,7 +18,6 @@ from typing import Any, Callable
 
 import torch
 
-from ..cache import CacheStore
 from ..formats import FORMATS
 from ..ops import _common as c
 from ..sources import source_hash
@@ -133,20 +131,3 @@ def tune(root: Path, device_label: str | None = None, only: str = "*",
             "toolchain_id": sorted(toolchains)[0] if len(toolchains) == 1 else "",
             "m_buckets": list(M_BUCKETS), "bucket_sample_m": list(BUCKET_SAMPLE_M),
             "sources": {op: source_hash(op) for op in TUNING_AXES}, "choices": choices, "timings_us": timings}
-
-
-def publish_table(store: CacheStore, data: dict[str, Any]) -> str:
-    """Publish a tuning table into the cache as an entry of kind "tuning"; return its key."""
-    payload = json.dumps(data, indent=1, sort_keys=True)
-    key = hashlib.sha256(payload.encode()).hexdigest()
-    staging = store.staging_dir()
-    (staging / "table.json").write_text(payload, encoding="utf-8")
-    slug = "".join(ch if ch.isalnum() else "_" for ch in data["device"]).strip("_").lower()
-    # The table names builds by their tuning values, not by key, so it stays valid for any
-    # toolchain that builds the same kernel sources (the runtime checks those per op).
-    store.publish(key, staging, kind="tuning", op="tuning", name=f"tuning.{slug}.{data['arch']}",
-                  variant={"axes": {"device": data["device"], "arch": data["arch"], "measured": data["created"],
-                                    "sources": data["sources"]}, "kclass": {}},
-                  arch=data["arch"], toolchain_id=data.get("toolchain_id", ""), toolchain={}, source_hash="",
-                  main_file="table.json", build_time_s=0.0)
-    return key

@@ -13,12 +13,16 @@ the ops whose kernel sources match the table's; otherwise `heuristic_rank` decid
 """
 from __future__ import annotations
 
+import hashlib
 import json
 from bisect import bisect_left
 from pathlib import Path
-from typing import Any, Mapping
+from typing import TYPE_CHECKING, Any, Mapping
 
 from ..sources import source_hash
+
+if TYPE_CHECKING:  # the runtime never publishes: keep the cache store out of its imports
+    from ..cache import CacheStore
 
 SCHEMA = 1
 M_BUCKETS = (256, 4096)  # upper bounds of M for the first buckets; the last bucket is open
@@ -80,3 +84,20 @@ def table_entry_for(entries: list[dict[str, Any]], device: str, arch_name: str, 
         if axes.get("device") == device and axes.get("arch") == arch_name and (axes.get("sources") or {}).get(op) == want:
             mine.append((str(axes.get("measured", "")), str(e.get("created", "")), e))
     return max(mine, key=lambda t: t[:2])[2] if mine else None
+
+
+def publish_table(store: CacheStore, data: dict[str, Any]) -> str:
+    """Publish a tuning table into the cache as an entry of kind "tuning"; return its key."""
+    payload = json.dumps(data, indent=1, sort_keys=True)
+    key = hashlib.sha256(payload.encode()).hexdigest()
+    staging = store.staging_dir()
+    (staging / "table.json").write_text(payload, encoding="utf-8")
+    slug = "".join(ch if ch.isalnum() else "_" for ch in data["device"]).strip("_").lower()
+    # The table names builds by their tuning values, not by key, so it stays valid for any
+    # toolchain that builds the same kernel sources (the runtime checks those per op).
+    store.publish(key, staging, kind="tuning", op="tuning", name=f"tuning.{slug}.{data['arch']}",
+                  variant={"axes": {"device": data["device"], "arch": data["arch"], "measured": data["created"],
+                                    "sources": data["sources"]}, "kclass": {}},
+                  arch=data["arch"], toolchain_id=data.get("toolchain_id", ""), toolchain={}, source_hash="",
+                  main_file="table.json", build_time_s=0.0)
+    return key

@@ -24,6 +24,9 @@ needs_binutils = pytest.mark.skipif(not (shutil.which("nm") and shutil.which("re
                                     reason="nm/readelf (binutils) not installed")
 
 SPEC = REPO / "specs" / "quantize.toml"
+# Tuning tables committed next to the default specs: `kernelforge build` imports each into the
+# cache it builds (one entry of kind "tuning" per table).
+TABLES = sorted((REPO / "tuning").glob("*.json"))
 SUMMARY = re.compile(r"built (\d+), up to date (\d+), failed (\d+) in [\d.]+s")
 BUILT_LINE = re.compile(r"^built (quantize\.\S+) in [\d.]+s$", re.M)
 
@@ -67,6 +70,10 @@ def _runtimes(root: Path) -> list[dict]:
     return [e for e in load_index_for_runtime(root).values() if e["kind"] == "runtime"]
 
 
+def _tuning_tables(root: Path) -> list[dict]:
+    return [e for e in load_index_for_runtime(root).values() if e["kind"] == "tuning"]
+
+
 def _catalog_variants(names) -> list:
     by_name = {v.name: v for v in load_specs([SPEC])}
     return [by_name[n] for n in names]
@@ -98,8 +105,12 @@ def test_cli_build(built_cache):
         assert e["extra"]["symbol"] == "kf_" + name.replace(".", "_")
         assert Path(e["main_path"]).name == "module.so" and Path(e["main_path"]).is_file()
         assert "module.o" not in e["files"]  # the object is not kept
+    for table in TABLES:
+        assert f"tuning table {table.name}: tuning." in out
+    assert len(_tuning_tables(built_cache.root)) == len(TABLES)
     report = verify(CacheStore(built_cache.root))
-    assert report.ok and report.entries == 3 and not report.orphans, report.to_dict()
+    # 2 kernels + 1 runtime library + the imported tuning tables
+    assert report.ok and report.entries == 3 + len(TABLES) and not report.orphans, report.to_dict()
 
 
 @pytest.mark.slow
@@ -107,7 +118,7 @@ def test_cli_cache_verify_clean(built_cache):
     proc = subprocess.run(kf_cmd("cache", "verify", "--cache", str(built_cache.root)),
                           capture_output=True, text=True, env=cli_env())
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    assert "OK: 3 entries verified" in proc.stdout
+    assert f"OK: {3 + len(TABLES)} entries verified" in proc.stdout  # 2 kernels, runtime, tuning tables
 
 
 @pytest.mark.slow
@@ -212,17 +223,24 @@ def test_build_variants_noop(built_cache):
 
 
 @needs_toolchain
-def test_full_catalog_noop_is_fast(tmp_path):
+def test_full_catalog_noop_is_fast(tmp_path, monkeypatch):
     """Every variant of the default catalog already cached (dummy artifacts under the real keys):
     `kernelforge build` compiles nothing, imports no compiler, and finishes well under 2 s."""
     from kernelforge.build.keys import variant_key
     from kernelforge.build.toolchain import current_toolchain_id, toolchain
+    from kernelforge.cache import index as cache_index
+    from kernelforge.cache import store as cache_store
     from kernelforge.sources import source_hash
 
     variants = load_specs(sorted(SPEC.parent.glob("*.toml")))  # the default catalog: every spec file
-    assert len(variants) >= 500
+    assert len(variants) >= 1000  # both tuning candidates of every dispatch key of both ops
     tc, tc_id = toolchain(), current_toolchain_id()
     store = CacheStore(tmp_path / "cache")
+    # Every entry goes through the real `publish`; only its index write is deferred to one real
+    # write at the end (publishing rewrites the whole index each time: quadratic in the catalog).
+    pending: dict[str, dict] = {}
+    monkeypatch.setattr(cache_store, "read_index", lambda path: dict(pending))
+    monkeypatch.setattr(cache_store, "write_index", lambda path, entries: pending.update(entries))
     for v in variants:
         staging = tmp_path / "stage"
         staging.mkdir()
@@ -232,6 +250,10 @@ def test_full_catalog_noop_is_fast(tmp_path):
                       variant=v.canonical(), arch=v.arch, toolchain_id=tc_id, toolchain=tc,
                       source_hash=src, main_file="module.so", build_time_s=0.0)
         shutil.rmtree(staging)
+    monkeypatch.undo()
+    assert len(pending) == len(variants)
+    cache_index.write_index(store.layout.index, pending)
+    assert len(_kernels(store.root)) == len(variants) and verify(store).ok
     from kernelforge.build.driver import build_variants
 
     report = build_variants(variants, store)
@@ -355,8 +377,10 @@ def test_compile_one_failure_in_process(tmp_path, monkeypatch, partial):
 @pytest.mark.slow
 def test_concurrent_builds_compile_each_key_once(tmp_path):
     root = tmp_path / "cache"
-    a = ["--only", "quantize.mxfp8.floor.linear.float16.*"]
-    b = ["--only", "quantize.mxfp8.floor.linear.float16.any.*", "--only", "quantize.mxfp8.rceil.linear.float16.any.*"]
+    # One tuning candidate (threads = 128) per dispatch key keeps the compile count at three.
+    a = ["--only", "quantize.mxfp8.floor.linear.float16.*.t128u1"]
+    b = ["--only", "quantize.mxfp8.floor.linear.float16.any.*.t128u1",
+         "--only", "quantize.mxfp8.rceil.linear.float16.any.*.t128u1"]
     procs = [subprocess.Popen(kf_cmd("build", "--cache", str(root), "--arch", ARCH, "-v", "-j", "1", *sel),
                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=cli_env())
              for sel in (a, b)]
@@ -377,10 +401,12 @@ def test_concurrent_builds_compile_each_key_once(tmp_path):
     assert set(kernels) == expected
     assert len({e["key"] for e in kernels.values()}) == 3
     assert len(_runtimes(root)) == 1
+    assert len(_tuning_tables(root)) == len(TABLES)  # imported by both builders, published once
     store = CacheStore(root)
-    assert len(store.layout.artifact_dirs()) == 4  # 3 kernels + 1 runtime: nothing built twice
+    # 3 kernels + 1 runtime + the tuning tables: nothing built or published twice
+    assert len(store.layout.artifact_dirs()) == 4 + len(TABLES)
     report = verify(store)
-    assert report.ok and report.entries == 4 and not report.orphans, report.to_dict()
+    assert report.ok and report.entries == 4 + len(TABLES) and not report.orphans, report.to_dict()
     assert _tmp_leftovers(store) == []
 
 

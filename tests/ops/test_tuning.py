@@ -12,8 +12,7 @@ import pytest
 
 from kernelforge.cache import CacheStore
 from kernelforge.runtime import dispatch
-from kernelforge.runtime.tuner import publish_table
-from kernelforge.runtime.tuning import M_BUCKETS, SCHEMA, TuningTable, heuristic_rank, m_bucket
+from kernelforge.runtime.tuning import M_BUCKETS, SCHEMA, TuningTable, heuristic_rank, m_bucket, publish_table
 from kernelforge.sources import source_hash
 
 COORDS = {"format": "nvfp4", "scale_mode": "none", "layout": "swizzled", "dtype": "bfloat16", "residual": "none"}

@@ -24,13 +24,51 @@ from kernelforge.spec.schema import AXES
 FIRST = "quantize.mxfp8.floor.linear.bfloat16.aligned.sm_90a.t128u1"
 
 
-def test_default_spec_has_120_unique_variants(variants):
-    assert len(variants) == 120
-    assert len({v.name for v in variants}) == 120
-    assert len({v.symbol for v in variants}) == 120
-    assert len({json.dumps(v.canonical(), sort_keys=True) for v in variants}) == 120
-    assert len(set(variants)) == 120
-    assert len({v.dispatch_key for v in variants}) == 120  # one tuning point per dispatch key
+def test_default_spec_has_240_unique_variants(variants):
+    assert len(variants) == 240
+    assert len({v.name for v in variants}) == 240
+    assert len({v.symbol for v in variants}) == 240
+    assert len({json.dumps(v.canonical(), sort_keys=True) for v in variants}) == 240
+    assert len(set(variants)) == 240
+    assert len({v.dispatch_key for v in variants}) == 120  # two tuning candidates per dispatch key
+
+
+def _candidates(variants, axis: str) -> dict[tuple, list]:
+    """dispatch key -> the values of tuning axis `axis` of the variants with that key."""
+    out: dict[tuple, list] = {}
+    for v in variants:
+        out.setdefault(v.dispatch_key, []).append(v.get(axis))
+    return out
+
+
+def test_default_specs_have_both_tuning_candidates_per_dispatch_key(variants, default_spec):
+    # quantize: threads 128 and 256 (one unit per thread) for every dispatch key.
+    by_key = _candidates(variants, "threads")
+    assert len(by_key) == 120
+    assert all(sorted(ts) == [128, 256] for ts in by_key.values()), by_key
+    assert {v.get("units_per_thread") for v in variants} == {1}
+    names = {v.name for v in variants}
+    for v in variants:
+        assert v.name.endswith(f".t{v.threads}u1"), v.name
+        other = 384 - v.threads
+        twin = v.name[: -len(f"t{v.threads}u1")] + f"t{other}u1"
+        assert twin in names, twin  # same name but for the candidate suffix
+
+    # rmsnorm_quantize: elements 32 and 64 for every dispatch key (the K-class no longer fixes it).
+    fused = load_specs([default_spec.parent / "rmsnorm_quantize.toml"])
+    assert len(fused) == 960
+    by_key = _candidates(fused, "elements")
+    assert len(by_key) == 480
+    assert all(sorted(es) == [32, 64] for es in by_key.values()), by_key
+    names = {v.name for v in fused}
+    for v in fused:
+        assert v.name.endswith(f".e{v.elements}"), v.name
+        assert v.kclass.elements == 0, v.kclass
+        twin = v.name[: -len(f"e{v.elements}")] + f"e{96 - v.elements}"
+        assert twin in names, twin
+    # Candidates of one dispatch key are distinct kernels: distinct symbols and canonical forms.
+    assert len({v.symbol for v in fused}) == 960
+    assert len({json.dumps(v.canonical(), sort_keys=True) for v in fused}) == 960
 
 
 def test_only_valid_format_mode_pairs(variants):

@@ -24,6 +24,7 @@ def _prepend(extra: str):
 
 
 DEFAULT_DTYPES = 'dtype = ["bfloat16", "float16", "float32"]'
+DEFAULT_THREADS = "threads = [128, 256]"  # the tuning candidates of the default spec
 LAST_EXCLUDE = '[[exclude]]                 # MX formats need a scale mode'
 
 # (id, edit of the default spec, fragments the message holds, text of the line it must name)
@@ -50,15 +51,15 @@ CASES = [
      ["[axes] format", "'mxfp9'", "'mxfp8', 'mxfp4', 'nvfp4'"], '"mxfp9"'),
     ("value-arch-unknown", _sub('"sm_100a"]', '"sm_89"]'),
      ["[axes] arch", "'sm_89'", "sm_120a"], '"sm_89"'),
-    ("value-wrong-type", _sub("threads = [128]", 'threads = ["x"]'),
+    ("value-wrong-type", _sub(DEFAULT_THREADS, 'threads = ["x"]'),
      ["[axes] threads", "integer", "'x'"], 'threads = ["x"]'),
     ("value-bool", _sub("units_per_thread = [1]", "units_per_thread = [true]"),
      ["[axes] units_per_thread", "integer", "True"], "units_per_thread = [true]"),
     ("value-str-axis-int", _sub('layout = ["linear", "swizzled"]', 'layout = ["linear", 3]'),
      ["[axes] layout", "expected a str", "3"], 'layout = ["linear", 3]'),
-    ("threads-not-warp-multiple", _sub("threads = [128]", "threads = [128, 100]"),
+    ("threads-not-warp-multiple", _sub(DEFAULT_THREADS, "threads = [128, 100]"),
      ["[axes] threads", "100", "multiple of 32"], "threads = [128, 100]"),
-    ("threads-too-many", _sub("threads = [128]", "threads = [2048]"),
+    ("threads-too-many", _sub(DEFAULT_THREADS, "threads = [2048]"),
      ["[axes] threads", "2048"], "threads = [2048]"),
     ("units-out-of-range", _sub("units_per_thread = [1]", "units_per_thread = [0]"),
      ["[axes] units_per_thread", "0", "1..16"], "units_per_thread = [0]"),
@@ -132,9 +133,10 @@ def test_disjoint_files_combine(default_text, write_spec):
     b = write_spec(default_text.replace('arch = ["sm_90a", "sm_100a"]', 'arch = ["sm_100a"]'),
                    "b.toml")
     variants = load_specs([a, b])
-    assert len(variants) == 120
-    assert [v.arch for v in variants[:60]] == ["sm_90a"] * 60
-    assert {v.spec_file for v in variants[60:]} == {str(b)}
+    assert len(variants) == 240
+    assert [v.arch for v in variants[:120]] == ["sm_90a"] * 120
+    assert {v.spec_file for v in variants[:120]} == {str(a)}
+    assert {v.spec_file for v in variants[120:]} == {str(b)}
 
 
 def test_kclass_defined_differently_across_files(default_text, write_spec):

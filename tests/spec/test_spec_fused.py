@@ -14,12 +14,18 @@ SPEC = Path(__file__).resolve().parents[2] / "specs" / "rmsnorm_quantize.toml"
 
 def test_default_fused_spec():
     spec = load_spec(SPEC)
-    assert spec.op == "rmsnorm_quantize" and len(spec.variants) == 480
+    assert spec.op == "rmsnorm_quantize" and len(spec.variants) == 960
     bounds = sorted(kc.max_k for kc in spec.kclasses.values())
     assert bounds[0] <= 1024 and bounds[-1] == 32768  # hidden sizes up to 32768 (issue 3)
-    assert all(kc.elements and kc.vector_bytes == 16 for kc in spec.kclasses.values())
+    assert all(kc.vector_bytes == 16 for kc in spec.kclasses.values())
+    # Elements per thread are a tuning axis now, not a K-class field.
+    assert spec.axes["elements"] == (32, 64)
+    assert all(kc.elements == 0 for kc in spec.kclasses.values())
+    assert {x.elements for x in spec.variants} == {32, 64}
+    assert {n: kc.cluster for n, kc in spec.kclasses.items() if kc.cluster != 1} == {"h32k": 4}
     v = spec.variants[0]
-    assert v.name == "rmsnorm_quantize.mxfp8.floor.linear.bfloat16.none.h1k.sm_90a"
+    assert v.name == "rmsnorm_quantize.mxfp8.floor.linear.bfloat16.none.h1k.sm_90a.e32"
+    assert spec.variants[1].name == "rmsnorm_quantize.mxfp8.floor.linear.bfloat16.none.h1k.sm_90a.e64"
     assert {x.residual for x in spec.variants} == {"none", "add"}
     assert {x.dtype for x in spec.variants} == {"bfloat16", "float16"}
 
@@ -32,6 +38,20 @@ def test_fused_spec_requires_hidden_class_fields(tmp_path):
         load_spec(p)
 
 
+@pytest.mark.parametrize("new,pattern", [
+    ("elements = [32, 48]", r"f\.toml:\d+: \[axes\] elements: invalid value 48; expected a multiple of 32"),
+    ("elements = [32, 512]", r"\[axes\] elements: invalid value 512"),
+    ("", r"f\.toml:\d+: \[axes\]: missing required axis 'elements'"),
+], ids=["not-multiple-of-32", "too-many", "missing"])
+def test_fused_spec_checks_the_elements_axis(tmp_path, new, pattern):
+    text = SPEC.read_text()
+    assert text.count("elements = [32, 64]") == 1
+    p = tmp_path / "f.toml"
+    p.write_text(text.replace("elements = [32, 64]", new))
+    with pytest.raises(SpecError, match=pattern):
+        load_spec(p)
+
+
 def test_fused_spec_rejects_float32(tmp_path):
     p = tmp_path / "f.toml"
     p.write_text(SPEC.read_text().replace('dtype = ["bfloat16", "float16"]', 'dtype = ["bfloat16", "float32"]'))
@@ -41,4 +61,6 @@ def test_fused_spec_rejects_float32(tmp_path):
 
 def test_both_default_specs_load_together():
     variants = load_specs([SPEC.parent / "quantize.toml", SPEC])
-    assert len(variants) == 600 and len({v.symbol for v in variants}) == 600
+    assert len(variants) == 1200 and len({v.symbol for v in variants}) == 1200
+    assert sum(v.op == "quantize" for v in variants) == 240
+    assert sum(v.arch == "sm_90a" for v in variants) == 600
