@@ -28,3 +28,21 @@ def poison():
         t.view(torch.uint8).fill_(0xA5)
         return t
     return fill
+
+
+@pytest.fixture
+def forbid_checked_path(monkeypatch):
+    """A context in which the ops' checked (validating) path raises: calls inside it prove that
+    the out= fast path served them."""
+    from contextlib import contextmanager
+
+    from kernelforge.ops import _common
+
+    @contextmanager
+    def forbidden():
+        with monkeypatch.context() as mp:
+            def no_checks(*args, **kwargs):
+                raise AssertionError("the checked path ran")
+            mp.setattr(_common, "output_buffers", no_checks)
+            yield
+    return forbidden
