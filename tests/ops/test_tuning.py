@@ -99,7 +99,7 @@ def test_corrupt_table_is_refused_with_a_warning(cache):
     entry = next(e for e in cache.iter_entries() if e.kind == "tuning")
     path = cache.entry_dir(entry) / entry.main_file
     path.chmod(0o644)
-    path.write_text(path.read_text().replace('"elements": 64', '"elements": 32'))
+    path.write_text(path.read_text().replace('"elements":64', '"elements":32'))
     with pytest.warns(RuntimeWarning, match="tuning table"):
         assert _chosen(cache, 8192, 100) == "e32"
 
