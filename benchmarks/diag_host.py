@@ -39,7 +39,7 @@ def first_call_breakdown() -> None:
     marks.append(("sha256 runtime lib", time.perf_counter()))
     loader._check_sha256(P(cand.entry["main_path"]), cand.entry["sha256"], "kernel module")
     marks.append(("sha256 module", time.perf_counter()))
-    fn = loader.load_function(cand.entry, rt)
+    fn = table.load(cand)
     marks.append(("tvm_ffi.load_module", time.perf_counter()))
     d, s = _common.output_buffers(None, x.device, (4096, 4096), (4096, 128), torch.float8_e4m3fn,
                                   torch.float8_e8m0fnu)

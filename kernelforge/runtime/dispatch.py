@@ -135,8 +135,7 @@ class DispatchTable:
             first = accepting[0]
             pool = [c for c in accepting if c.kclass.name == first.kclass.name and c.arch == first.arch]
             c = self.pick(op, coords, pool, m, device)
-            runtime = self._runtimes.get(c.entry.get("extra", {}).get("runtime_key", ""))
-            return load_function(c.entry, runtime), c
+            return self.load(c), c
         if cands:
             raise UnsupportedShape(
                 f"x: no cached {op} kernel accepts K = {k} (the last dimension) with a {ptr_align}-byte "
@@ -178,6 +177,15 @@ class DispatchTable:
                               stacklevel=2)
         self._tables[key] = table
         return table
+
+    def load(self, cand: Candidate) -> Callable:
+        """The loaded function of one candidate (its module's and runtime's checksums checked)."""
+        return load_function(cand.entry, self._runtimes.get(cand.entry.get("extra", {}).get("runtime_key", "")))
+
+    def groups(self) -> dict[str, list[Candidate]]:
+        """Every dispatch group of the cache with its servable candidates (reads the whole index)."""
+        self._load_index_once()
+        return dict(self._groups)
 
     def _load_index_once(self) -> None:
         with self._lock:

@@ -23,7 +23,6 @@ from ..ops import _common as c
 from ..sources import source_hash
 from .arch import arch_runs_on
 from .dispatch import Candidate, DispatchTable
-from .loader import load_function
 from .tuning import BUCKET_SAMPLE_M, M_BUCKETS, SCHEMA, TUNING_AXES, tuning_values
 
 TORCH_DTYPES = {"bfloat16": torch.bfloat16, "float16": torch.float16, "float32": torch.float32}
@@ -92,11 +91,10 @@ def tune(root: Path, device_label: str | None = None, only: str = "*",
     device = device_label or torch.cuda.get_device_name(dev)
     l2 = torch.cuda.get_device_properties(dev).L2_cache_size
     table = DispatchTable(root)
-    table._load_index_once()
     choices: dict[str, dict[str, list[dict[str, Any] | None]]] = {}
     timings: dict[str, dict[str, list[dict[str, float]]]] = {}
     archs, toolchains = set(), set()
-    for group, cands in sorted(table._groups.items()):
+    for group, cands in sorted(table.groups().items()):
         op = group.split("|", 1)[0]
         if op not in TUNING_AXES or not fnmatch.fnmatch(group, only):
             continue
@@ -111,7 +109,7 @@ def tune(root: Path, device_label: str | None = None, only: str = "*",
             toolchains.update(p.entry.get("toolchain_id", "") for p in pool)
             coords = dict(pool[0].entry["extra"]["dispatch"])
             k = problem_k(op, pool[0], FORMATS[coords["format"]].block)
-            fns = [load_function(p.entry, table._runtimes.get(p.entry["extra"].get("runtime_key", ""))) for p in pool]
+            fns = [table.load(p) for p in pool]
             per_bucket, times = [], []
             for m in BUCKET_SAMPLE_M:
                 us = [gpu_us(make_calls(op, coords, fn, m, k, l2)) for fn in fns]

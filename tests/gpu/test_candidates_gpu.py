@@ -17,7 +17,6 @@ from kernelforge.formats import FORMATS
 from kernelforge.ops import _common
 from kernelforge.ops.reference import quantize_ref
 from kernelforge.runtime.arch import arch_runs_on
-from kernelforge.runtime.loader import load_function
 from kernelforge.runtime.tuner import problem_k
 
 sys.path.insert(0, str(Path(__file__).parent))
@@ -30,16 +29,12 @@ M = 129  # one partial 128-row tile of swizzled scales
 
 def _builds(op: str):
     table = _common.dispatch_table()
-    table._load_index_once()
     cap = torch.cuda.get_device_capability()
     out = []
-    for group, cands in sorted(table._groups.items()):
+    for group, cands in sorted(table.groups().items()):
         if group.split("|", 1)[0] != op:
             continue
-        for c in cands:
-            if arch_runs_on(c.arch, cap):
-                rt = table._runtimes.get(c.entry["extra"].get("runtime_key", ""))
-                out.append((c, load_function(c.entry, rt)))
+        out.extend((c, table.load(c)) for c in cands if arch_runs_on(c.arch, cap))
     assert out, f"no {op} builds for this GPU in the cache"
     return out
 
