@@ -30,7 +30,7 @@ def first_call_breakdown() -> None:
     marks.append(("device capability", time.perf_counter()))
     cand = table.candidates("quantize", coords, cap)[0]
     marks.append(("dispatch views + candidates", time.perf_counter()))
-    table.tuning_table(_common.device_name(0), cand.arch, "quantize")
+    table.tuning_tables(_common.device_name(0), cand.arch, "quantize")
     marks.append(("device name + tuning table", time.perf_counter()))
     from kernelforge.runtime import loader
     rt = table._runtimes.get(cand.entry["extra"]["runtime_key"])

@@ -22,7 +22,7 @@ from ..sources import OP_SOURCES, source_hash
 from ..spec.model import KClass
 from .arch import arch_runs_on
 from .loader import load_function, read_verified_json
-from .tuning import TuningTable, heuristic_rank, m_bucket, table_entry_for, tuning_values
+from .tuning import TuningTable, heuristic_rank, m_bucket, table_entries_for, tuning_values
 
 
 @dataclass(frozen=True)
@@ -49,7 +49,7 @@ class DispatchTable:
         self._runtimes: dict[str, dict[str, Any]] = {}
         self._stale: dict[str, int] = {}
         self._tuning: list[dict[str, Any]] = []  # tuning-table entries (from the full index)
-        self._tables: dict[tuple[str, str, str], TuningTable | None] = {}
+        self._tables: dict[tuple[str, str, str], list[TuningTable]] = {}
 
     def _group(self, group: str) -> list[Candidate]:
         cands = self._groups.get(group)
@@ -144,10 +144,10 @@ class DispatchTable:
         raise self.not_built(op, coords, capability)
 
     def pick(self, op: str, coords: dict[str, Any], pool: list[Candidate], m: int, device: str) -> Candidate:
-        """Among builds of one K-class and arch: the tuning table's choice, else the heuristic."""
+        """Among builds of one K-class and arch: the newest tuning table's choice that names one
+        of them (a partial `tune --only` run does not hide older tables), else the heuristic."""
         values = [tuning_values(op, (c.entry.get("variant") or {}).get("axes") or {}) for c in pool]
-        table = self.tuning_table(device, pool[0].arch, op) if device else None
-        if table is not None:
+        for table in self.tuning_tables(device, pool[0].arch, op) if device else ():
             want = table.choice(op, coords_id(op, coords), pool[0].kclass.name, m_bucket(m))
             for c, v in zip(pool, values):
                 if want is not None and v == want:
@@ -155,12 +155,11 @@ class DispatchTable:
         ranked = sorted(zip(pool, values), key=lambda cv: heuristic_rank(op, cv[0].kclass.max_k, cv[1]))
         return ranked[0][0]
 
-    def tuning_table(self, device: str, arch_name: str, op: str) -> TuningTable | None:
-        """The table for (device name, arch, op's sources), loaded and checksum-verified once; None if none fits."""
+    def tuning_tables(self, device: str, arch_name: str, op: str) -> list[TuningTable]:
+        """Tables for (device name, arch, op's sources), newest first, loaded and checksum-verified once."""
         key = (device, arch_name, op)
         if key in self._tables:
             return self._tables[key]
-        table = None
         if self._views is None or self._views.manifest is None:
             self._load_index_once()
             entries = self._tuning
@@ -168,15 +167,15 @@ class DispatchTable:
             layout = Layout(self.root)
             entries = [e for e in (with_main_path(layout, t) for t in self._views.manifest.get("tuning", {}).values())
                        if e is not None]
-        entry = table_entry_for(entries, device, arch_name, op)
-        if entry is not None:
+        tables = []
+        for entry in table_entries_for(entries, device, arch_name, op):
             try:
-                table = TuningTable(read_verified_json(entry))
+                tables.append(TuningTable(read_verified_json(entry)))
             except (CorruptArtifact, ValueError, KeyError, TypeError) as exc:
                 warnings.warn(f"kernelforge: ignoring tuning table {entry.get('name')}: {exc}", RuntimeWarning,
                               stacklevel=2)
-        self._tables[key] = table
-        return table
+        self._tables[key] = tables
+        return tables
 
     def load(self, cand: Candidate) -> Callable:
         """The loaded function of one candidate (its module's and runtime's checksums checked)."""

@@ -3,8 +3,9 @@
 The candidates of one dispatch group and K-class differ only in their tuning axes (threads per
 CTA, elements per thread, ...); all compute identical bytes, they differ in speed. `kernelforge
 tune` times them on a GPU for each bucket of M and stores the winners as a tuning table in the
-cache. The runtime uses the newest table measured on a device of the same name and arch, for
-the ops whose kernel sources match the table's; otherwise `heuristic_rank` decides:
+cache. The runtime uses the newest table measured on a device of the same name and arch that
+covers the call (older ones where a newer, partial table does not), for the ops whose kernel
+sources match the table's; otherwise `heuristic_rank` decides:
 
 * quantize: 128 threads per CTA, then fewer units per thread (measured best on an H100 in
   most shapes; see benchmarks/RESULTS.md).
@@ -74,16 +75,16 @@ class TuningTable:
         return cls(json.loads(Path(path).read_text(encoding="utf-8")))
 
 
-def table_entry_for(entries: list[dict[str, Any]], device: str, arch_name: str, op: str) -> dict[str, Any] | None:
-    """The newest tuning-table cache entry measured on `device` for `arch_name` on the kernel
-    sources of `op` that this package ships, if any."""
+def table_entries_for(entries: list[dict[str, Any]], device: str, arch_name: str, op: str) -> list[dict[str, Any]]:
+    """Tuning-table cache entries measured on `device` for `arch_name` on the kernel sources of
+    `op` that this package ships, newest measurement first."""
     want = source_hash(op)
     mine = []
     for e in entries:
         axes = (e.get("variant") or {}).get("axes") or {}
         if axes.get("device") == device and axes.get("arch") == arch_name and (axes.get("sources") or {}).get(op) == want:
             mine.append((str(axes.get("measured", "")), str(e.get("created", "")), e))
-    return max(mine, key=lambda t: t[:2])[2] if mine else None
+    return [t[2] for t in sorted(mine, key=lambda t: t[:2], reverse=True)]
 
 
 def publish_table(store: CacheStore, data: dict[str, Any]) -> str:

@@ -88,6 +88,12 @@ def test_newest_table_of_the_device_wins_and_stale_sources_are_ignored(cache):
                created="2026-11-23T00:00:00+00:00")
     publish_table(cache, new)
     assert _chosen(cache, 8192, 100) == "e32" and _chosen(cache, 8192, 2048) == "e64"
+    # A newer partial table (another K-class only, as `tune --only` writes) does not hide the
+    # older table's choice for this one.
+    partial = dict(_table({GROUP: {"h32k": [{"elements": 32}] * 3}}), created="2026-11-23T12:00:00+00:00")
+    publish_table(cache, partial)
+    assert _chosen(cache, 8192, 100) == "e32" and _chosen(cache, 8192, 2048) == "e64"
+    assert _chosen(cache, 32768, 100) == "e32"  # the partial table's own choice (heuristic says e64)
     stale = dict(_table({GROUP: {"h8k": [{"elements": 64}] * 3}}, sources={"rmsnorm_quantize": "0" * 64}),
                  created="2026-11-24T00:00:00+00:00")
     publish_table(cache, stale)
