@@ -154,9 +154,10 @@ class DispatchViews:
     """The runtime's reader of `dispatch/`: the manifest once, then one small file per group."""
 
     def __init__(self, root: str | os.PathLike[str]) -> None:
-        self.dir = Layout(Path(root)).schema_root / VIEWS_DIR
+        layout = Layout(Path(root))
+        self.dir = layout.schema_root / VIEWS_DIR
         self.manifest: dict[str, Any] | None = None
-        generation = index_generation(Layout(Path(root)).index)
+        generation = index_generation(layout.index)
         if generation is None:
             return
         try:

@@ -65,10 +65,10 @@ def build(
                   f"max {times[-1]:.2f}s", highlight=False)
     out.print(f"built {report.count('built')}, up to date {report.count('up to date')}, "
               f"failed {report.count('failed')} in {report.seconds:.1f}s", highlight=False)
+    from .tune import import_table
+
     for table in sorted({p.parent.parent / "tuning" for p in paths}):
         for path in sorted(table.glob("*.json")) if table.is_dir() else ():
-            from .tune import import_table
-
             try:
                 out.print(f"tuning table {path.name}: {import_table(store, path)}", highlight=False)
             except ValueError as exc:

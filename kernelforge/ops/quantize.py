@@ -33,11 +33,13 @@ def quantize(
         from .library import traced_quantize
 
         return traced_quantize(x, format, layout, scale_mode, global_scale, out)
+    key = None  # the fast-path memo's key, also what a checked call into out= is remembered under
     if out is not None:  # fast path: the same buffers again, with an input like the last one
         try:
             d, s = out
-            hit = c.fast_calls.get(("quantize", x.shape, x.stride(), x.dtype, x.get_device(), format, layout,
-                                    scale_mode, id(d), id(s), id(global_scale)))
+            key = ("quantize", x.shape, x.stride(), x.dtype, x.get_device(), format, layout, scale_mode,
+                   id(d), id(s), id(global_scale))
+            hit = c.fast_calls.get(key)
             if hit is not None:
                 refs = hit[1]
                 if refs[0]() is d and refs[1]() is s and refs[2]() is global_scale:
@@ -75,9 +77,8 @@ def quantize(
                           device.index, k, fmt.block, x2.data_ptr(), stride_bytes, m)
         g_arg = c.global_scale_arg(fmt, global_scale, device)
         fn(x2, data if len(d_shape) == 2 else data.view(m, d_shape[-1]), scale, g_arg)
-        if out is not None and x2 is x and data is out[0] and scale is out[1]:
-            c.remember_fast(("quantize", shape, x.stride(), x.dtype, x.get_device(), format, layout, scale_mode,
-                             id(data), id(scale), id(global_scale)), fn, (data, scale, global_scale), g_arg)
+        if key is not None and x2 is x and data is out[0] and scale is out[1]:
+            c.remember_fast(key, fn, (data, scale, global_scale), g_arg)
     elif s_shape[0] * s_shape[1]:
         scale.view(torch.uint8).zero_()  # K = 0 with padded rows: nothing to quantize, padding is zero
     return c.results(out, data, scale)
