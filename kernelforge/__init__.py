@@ -12,7 +12,8 @@ __version__ = "0.1.0"
 # Public names, all from kernelforge.ops (whose import also registers torch.ops.kernelforge.*).
 _LAZY = {
     name: "kernelforge.ops"
-    for name in ("quantize", "rmsnorm_quantize", "add_rmsnorm_quantize", "nvfp4_global_scale", "set_cache_root")
+    for name in ("quantize", "rmsnorm_quantize", "add_rmsnorm_quantize", "nvfp4_global_scale", "set_cache_root",
+                 "quantize_nvfp4_rht", "rht_global_scale", "quantize_experts", "quantize_grouped")
 }
 
 __all__ = ["__version__", *_LAZY]

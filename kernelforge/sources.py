@@ -18,6 +18,8 @@ SHARED_SOURCES: tuple[str, ...] = ("formats.py", "kernels/convert.py", "kernels/
 OP_SOURCES: dict[str, tuple[str, ...]] = {
     "quantize": ("kernels/quantize.py",),
     "rmsnorm_quantize": ("kernels/dsmem.py", "kernels/rmsnorm_quantize.py"),
+    "quantize_grouped": ("kernels/quantize_grouped.py",),
+    "quantize_columnwise": ("kernels/quantize_tiled.py",),
 }
 
 

@@ -15,6 +15,8 @@ from cutlass.cute.runtime import make_fake_compact_tensor, make_fake_stream, mak
 
 from ..formats import DTYPE_BYTES, Format, get_format
 from ..kernels.quantize import QuantizeConfig, QuantizeKernel
+from ..kernels.quantize_grouped import QuantizeGroupedConfig, QuantizeGroupedKernel
+from ..kernels.quantize_tiled import TiledQuantizeConfig, TiledQuantizeKernel
 from ..kernels.rmsnorm_quantize import RMSNormQuantizeConfig, RMSNormQuantizeKernel
 from .toolchain import COMPILE_OPTIONS
 
@@ -85,7 +87,79 @@ def _rmsnorm_quantize_args(v: Any) -> tuple[object, list[object]]:
     return kernel, [x, r, w, q, s, g, cutlass.Float32(1e-6), make_fake_stream(use_tvm_ffi_env_stream=True)]
 
 
-OP_BUILDERS = {"quantize": _quantize_args, "rmsnorm_quantize": _rmsnorm_quantize_args}
+def _scales(v: Any, fmt: Format, rows: object) -> object:
+    """Fake scale matrix: linear ones have `rows` rows (tied, checked by the wrapper)."""
+    rows = rows if v.layout == "linear" else cute.sym_int32()
+    return make_fake_compact_tensor(DTYPES[fmt.scale_dtype], (rows, cute.sym_int32()),
+                                    stride_order=(1, 0), assumed_align=4)
+
+
+def _quantize_columnwise_args(v: Any) -> tuple[object, list[object]]:
+    """x [M, K] (M a multiple of B, or of the K-class's m_multiple; K any for columnwise only),
+    rowwise data/scales (dual only), columnwise data [K, M*bits/8] and scales, the two NVFP4
+    global scales, the RHT sign mask."""
+    fmt = get_format(v.format)
+    kc = v.kclass
+    es = DTYPE_BYTES[v.dtype]
+    dual = v.outputs == "dual"
+    out_bytes = fmt.block * fmt.element_bits // 8
+    m_div = kc.m_multiple or fmt.block
+    m = cute.sym_int32(divisibility=m_div, symbol="M")
+    k_div = fmt.block * kc.k_multiple_blocks if (dual or kc.k_multiple_blocks > 1) else 1
+    k = cute.sym_int32(divisibility=k_div, symbol="K")
+    ld = cute.sym_int64(symbol="ld", **({"divisibility": kc.vector_bytes // es} if kc.vector_bytes else {}))
+    x = make_fake_tensor(DTYPES[v.dtype], (m, k), (ld, 1), assumed_align=kc.vector_bytes or es)
+    q = s = None
+    if dual:
+        dq = cute.sym_int32(divisibility=out_bytes * kc.k_multiple_blocks, symbol="KQ")
+        q = make_fake_compact_tensor(DTYPES[fmt.data_dtype], (m, dq), stride_order=(1, 0), assumed_align=16)
+        s = _scales(v, fmt, m)
+    mq = cute.sym_int32(divisibility=out_bytes * (m_div // fmt.block), symbol="MQ")
+    qt = make_fake_compact_tensor(DTYPES[fmt.data_dtype], (k, mq), stride_order=(1, 0),
+                                  assumed_align=min(16, out_bytes))
+    st = _scales(v, fmt, k)
+    g = [make_fake_compact_tensor(cutlass.Float32, (1,), assumed_align=4) if fmt.has_global_scale else None
+         for _ in range(2)]
+    kernel = TiledQuantizeKernel(TiledQuantizeConfig(
+        fmt=fmt, layout=v.layout, scale_mode=v.scale_mode, rowwise=dual, rht=v.transform == "rht",
+        exact_tiles=kc.m_multiple > 0 and kc.k_multiple_blocks >= 4 and kc.vector_bytes == 16))
+    return kernel, [x, q, s, qt, st, *g, cutlass.Int32(0), make_fake_stream(use_tvm_ffi_env_stream=True)]
+
+
+def _quantize_grouped_args(v: Any) -> tuple[object, list[object]]:
+    """experts: w [E, N, K] contiguous, data [E, N, K*bits/8], scales [E, N, K/B] or [E, SR, SC];
+    offsets: x [T, K] (row stride ld), group_offsets [G] int32, data [T, K*bits/8], scales
+    [SR, SC], scale_offsets [G] int32. NVFP4: global scales [1] or one per expert / group."""
+    fmt = get_format(v.format)
+    kc = v.kclass
+    kernel = QuantizeGroupedKernel(QuantizeGroupedConfig(
+        fmt=fmt, grouping=v.grouping, layout=v.layout, scale_mode=v.scale_mode, threads=int(v.threads)))
+    g = (make_fake_compact_tensor(cutlass.Float32, (cute.sym_int32(symbol="NG"),), assumed_align=4)
+         if fmt.has_global_scale else None)
+    stream = make_fake_stream(use_tvm_ffi_env_stream=True)
+    if v.grouping == "offsets":
+        t = cute.sym_int32(symbol="T")
+        x, _ = _row_major(v, fmt, t, contiguous=False)
+        q, s, _ = _outputs(v, fmt, t)
+        groups = cute.sym_int32(symbol="G")
+        offsets, scale_offsets = (make_fake_compact_tensor(cutlass.Int32, (groups,), assumed_align=4)
+                                  for _ in range(2))
+        return kernel, [x, offsets, q, s, scale_offsets, g, stream]
+    e, n = cute.sym_int32(symbol="E"), cute.sym_int32(symbol="N")
+    k = cute.sym_int32(divisibility=fmt.block * kc.k_multiple_blocks, symbol="K")
+    x = make_fake_compact_tensor(DTYPES[v.dtype], (e, n, k), stride_order=(2, 1, 0),
+                                 assumed_align=kc.vector_bytes or DTYPE_BYTES[v.dtype])
+    dq = cute.sym_int32(divisibility=fmt.block * fmt.element_bits // 8 * kc.k_multiple_blocks, symbol="KQ")
+    q = make_fake_compact_tensor(DTYPES[fmt.data_dtype], (e, n, dq), stride_order=(2, 1, 0), assumed_align=16)
+    rows = n if v.layout == "linear" else cute.sym_int32(symbol="SR")
+    s = make_fake_compact_tensor(DTYPES[fmt.scale_dtype], (e, rows, cute.sym_int32(symbol="SC")),
+                                 stride_order=(2, 1, 0), assumed_align=4)
+    return kernel, [x, None, q, s, None, g, stream]
+
+
+OP_BUILDERS = {"quantize": _quantize_args, "rmsnorm_quantize": _rmsnorm_quantize_args,
+               "quantize_grouped": _quantize_grouped_args,
+               "quantize_columnwise": _quantize_columnwise_args}
 
 
 def compile_variant(v: Any, object_path: Path) -> None:

@@ -87,13 +87,13 @@ def kernel_for(op: str, coords: tuple[tuple[str, str], ...], dev: int, k: int, b
     """The loaded function for `op` at `coords` (sorted (axis, value) pairs) and this input.
 
     The K-class choice depends on K, on the pointer alignment up to 16 bytes and on the row
-    stride mod 16 (every vector_bytes divides 16), the tuned build on the bucket of M, so
-    memoizing on exactly these is exact.
+    stride mod 16 (every vector_bytes divides 16) and M mod 128 (every m_multiple divides 128),
+    the tuned build on the bucket of M, so memoizing on exactly these is exact.
     """
     align = ptr & -ptr if ptr else 1 << 30
     table = dispatch_table()
     bucket = m_bucket(m)
-    memo = (op, coords, dev, k, min(align, 16), stride_bytes % 16, bucket, table)
+    memo = (op, coords, dev, k, min(align, 16), stride_bytes % 16, bucket, m & 127, table)
     fn = _fn_cache.get(memo)
     if fn is None:
         fn, _ = table.resolve(op, dict(coords), device_capability(dev), k, block, align, stride_bytes, m,
@@ -134,17 +134,26 @@ def output_shapes(fmt: Format, shape: tuple[int, ...], m: int, layout: str) -> t
     return (*shape[:-1], k * fmt.element_bits // 8), s_shape
 
 
-def check_global_scale(g: object, fmt: Format, device: torch.device) -> None:
+def check_global_scale(g: object, fmt: Format, device: torch.device, groups: int = 1, per: str = "",
+                       arg: str = "x") -> None:
+    """Check an NVFP4 global scale: shape [1], or also [groups] (one per `per`) where `per` is given.
+
+    `arg` names the input whose device it must share.
+    """
     if not fmt.has_global_scale:
         raise ValueError(f"global_scale: only NVFP4 takes a global scale; {fmt.name} must be called with None")
+    shape = f"[1] or [{groups}] (one per {per})" if per else "[1]"
     if not isinstance(g, torch.Tensor):
-        raise TypeError(f"global_scale: expected a float32 CUDA tensor of shape [1] or None, got {type(g).__name__}")
+        raise TypeError(f"global_scale: expected a float32 CUDA tensor of shape {shape} or None, got {type(g).__name__}")
     if g.dtype != torch.float32:
         raise ValueError(f"global_scale: expected dtype torch.float32, got {g.dtype}")
-    if g.dim() != 1 or g.numel() != 1:  # a 0-d tensor is not [1]: the kernel checks ndim == 1
-        raise ValueError(f"global_scale: expected shape [1], got {list(g.shape)}")
+    n = g.shape[0] if g.dim() == 1 else -1  # a 0-d tensor is not [1]: the kernel checks ndim == 1
+    if n != 1 and not (per and n == groups):
+        raise ValueError(f"global_scale: expected shape {shape}, got {list(g.shape)}")
+    if n > 1 and g.stride(0) != 1:
+        raise ValueError("global_scale: expected a contiguous tensor")
     if g.device != device:
-        raise ValueError(f"global_scale: expected a tensor on {device} (the device of x), got {g.device}")
+        raise ValueError(f"global_scale: expected a tensor on {device} (the device of {arg}), got {g.device}")
 
 
 def global_scale_arg(fmt: Format, g: Optional[torch.Tensor], device: torch.device) -> Optional[torch.Tensor]:
@@ -164,25 +173,28 @@ def global_scale_arg(fmt: Format, g: Optional[torch.Tensor], device: torch.devic
 
 
 def check_out(out: object, device: torch.device, d_shape: tuple, s_shape: tuple,
-              data_dtype: torch.dtype, scale_dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
-    """Validate caller-provided `(data, scale)` buffers; return them in the format's dtypes."""
+              data_dtype: torch.dtype, scale_dtype: torch.dtype, arg: str = "x") -> tuple[torch.Tensor, torch.Tensor]:
+    """Validate caller-provided `(data, scale)` buffers; return them in the format's dtypes.
+
+    `arg` names the input whose device they must share."""
     if not (isinstance(out, (tuple, list)) and len(out) == 2):
         raise TypeError(f"out: expected a (data, scale) tuple of tensors, got {type(out).__name__}")
-    return (_check_buffer("out[0] (data)", out[0], d_shape, data_dtype, 16, device),
-            _check_buffer("out[1] (scale)", out[1], s_shape, scale_dtype, 4, device))
+    return (_check_buffer("out[0] (data)", out[0], d_shape, data_dtype, 16, device, arg),
+            _check_buffer("out[1] (scale)", out[1], s_shape, scale_dtype, 4, device, arg))
 
 
 def _check_buffer(name: str, t: object, shape: tuple, dtype: torch.dtype, align: int,
-                  device: torch.device) -> torch.Tensor:
+                  device: torch.device, arg: str = "x", raw_bytes: bool = True) -> torch.Tensor:
+    """Validate one caller buffer (uint8 accepted for its bytes where `raw_bytes`); return it as `dtype`."""
     if not isinstance(t, torch.Tensor):
         raise TypeError(f"{name}: expected a torch.Tensor, got {type(t).__name__}")
     tdtype = t.dtype
-    if tdtype is not dtype and tdtype is not torch.uint8:
-        raise ValueError(f"{name}: expected dtype {dtype} (or torch.uint8), got {tdtype}")
+    if tdtype is not dtype and (tdtype is not torch.uint8 or not raw_bytes):
+        raise ValueError(f"{name}: expected dtype {dtype}{' (or torch.uint8)' if raw_bytes else ''}, got {tdtype}")
     if t.shape != shape:
         raise ValueError(f"{name}: expected shape {list(shape)}, got {list(t.shape)}")
     if t.device != device:
-        raise ValueError(f"{name}: expected a tensor on {device} (the device of x), got {t.device}")
+        raise ValueError(f"{name}: expected a tensor on {device} (the device of {arg}), got {t.device}")
     if not t.is_contiguous():
         raise ValueError(f"{name}: expected a contiguous tensor")
     if t.data_ptr() % align:
@@ -191,16 +203,16 @@ def _check_buffer(name: str, t: object, shape: tuple, dtype: torch.dtype, align:
 
 
 def output_buffers(out: Any, device: torch.device, d_shape: tuple, s_shape: tuple, data_dtype: torch.dtype,
-                   scale_dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
+                   scale_dtype: torch.dtype, arg: str = "x") -> tuple[torch.Tensor, torch.Tensor]:
     """The caller's `out` buffers checked, or fresh ones, in the format's dtypes (what kernels take).
 
-    The CUDA check on x's device comes last, so that every other argument error is reported
-    (and testable) without a GPU.
+    The CUDA check on the device of the input (named `arg`) comes last, so that every other
+    argument error is reported (and testable) without a GPU.
     """
     if out is not None:
-        data, scale = check_out(out, device, d_shape, s_shape, data_dtype, scale_dtype)
+        data, scale = check_out(out, device, d_shape, s_shape, data_dtype, scale_dtype, arg)
     if device.type != "cuda":
-        raise ValueError(f"x: expected a CUDA tensor, got a tensor on {device}")
+        raise ValueError(f"{arg}: expected a CUDA tensor, got a tensor on {device}")
     if out is None:
         data = torch.empty(d_shape, dtype=data_dtype, device=device)
         scale = torch.empty(s_shape, dtype=scale_dtype, device=device)

@@ -7,6 +7,7 @@ import torch
 
 from ..formats import DTYPE_BYTES
 from . import _common as c
+from . import quantize_columnwise as cw
 
 
 def quantize(
@@ -16,9 +17,11 @@ def quantize(
     layout: str = "linear",
     scale_mode: str = "floor",
     global_scale: Optional[torch.Tensor] = None,
-    out: Optional[tuple[torch.Tensor, torch.Tensor]] = None,
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """Rowwise block-scaled quantization of `x` along its last dimension (NUMERICS.md).
+    out: Optional[tuple[torch.Tensor, ...]] = None,
+    rowwise: bool = True,
+    columnwise: bool = False,
+) -> tuple[torch.Tensor, ...]:
+    """Block-scaled quantization of `x` along its last dimension (NUMERICS.md).
 
     Returns `(data, scale)`. `data` keeps the leading dimensions of x: `[..., K]` float8_e4m3fn
     for MXFP8, `[..., K/2]` float4_e2m1fn_x2 for MXFP4/NVFP4. `scale` is 2-D with the leading
@@ -28,7 +31,15 @@ def quantize(
     encode scale on the device (None means 1.0). `out=(data, scale)` writes into caller buffers
     of exactly those shapes and dtypes (uint8 is accepted as well). Every argument is checked
     before anything is launched. Under torch.compile this is the `kernelforge::quantize` op.
+
+    `columnwise=True` quantizes `x.T` (leading dimensions flattened to M, which must be a
+    multiple of B): `data_t` [K, M*bits/8] and `scale_t` in the same layout, byte for byte
+    what rowwise quantization of `x.T.contiguous()` gives. With `rowwise=True` as well, one
+    kernel reads x once and returns `(data, scale, data_t, scale_t)`; with `rowwise=False` it
+    returns `(data_t, scale_t)`. `out` then takes a tuple of the same length.
     """
+    if columnwise or rowwise is not True:
+        return _columnwise(x, format, layout, scale_mode, global_scale, out, rowwise, columnwise)
     if torch.compiler.is_compiling():
         from .library import traced_quantize
 
@@ -82,6 +93,21 @@ def quantize(
     elif s_shape[0] * s_shape[1]:
         scale.view(torch.uint8).zero_()  # K = 0 with padded rows: nothing to quantize, padding is zero
     return c.results(out, data, scale)
+
+
+def _columnwise(x, format, layout, scale_mode, global_scale, out, rowwise, columnwise) -> tuple[torch.Tensor, ...]:
+    """The columnwise / dual path of `quantize` (kernels of the `quantize_columnwise` op)."""
+    for name, v in (("rowwise", rowwise), ("columnwise", columnwise)):
+        if not isinstance(v, bool):
+            raise TypeError(f"{name}: expected a bool, got {type(v).__name__}")
+    if not columnwise:
+        raise ValueError("rowwise, columnwise: at least one output must be requested")
+    if torch.compiler.is_compiling():
+        from .library import traced_quantize_columnwise
+
+        return traced_quantize_columnwise(x, format, layout, scale_mode, global_scale, out, rowwise)
+    fmt, mode, data_dtype, scale_dtype = cw.format_and_input(x, format, layout, scale_mode)
+    return cw.run(x, fmt, mode, layout, data_dtype, scale_dtype, rowwise, global_scale, None, out)
 
 
 def nvfp4_global_scale(x: torch.Tensor) -> torch.Tensor:

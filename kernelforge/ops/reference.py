@@ -18,13 +18,14 @@ import math
 
 import torch
 
-from kernelforge.formats import SWIZZLE_COLS, SWIZZLE_ROWS, Format, get_format, round_up
+from kernelforge.formats import SWIZZLE_COLS, SWIZZLE_ROWS, Format, get_format, round_up, scale_shape
 
 __all__ = [
     "e4m3_encode", "e4m3_decode", "e2m1_encode", "e2m1_decode", "pack_fp4", "unpack_fp4",
     "exp2_fp32", "ue8m0_scale", "ue8m0_decode", "swizzle_offset", "to_swizzled",
     "from_swizzled", "quantize_ref", "dequantize_ref", "nvfp4_global_scale_ref",
-    "rmsnorm_ref", "add_rmsnorm_ref",
+    "rmsnorm_ref", "add_rmsnorm_ref", "quantize_experts_ref", "quantize_grouped_ref",
+    "quantize_columnwise_ref", "rht_matrix", "rht_ref", "rht_global_scale_ref", "quantize_nvfp4_rht_ref",
 ]
 
 FLT_MAX = 3.4028234663852886e38
@@ -290,3 +291,126 @@ def add_rmsnorm_ref(
     """(h, y): h = dtype(x + residual) (fp32 sum, one rounding), y = rmsnorm_ref(h, weight)."""
     h = (x.to(torch.float32) + residual.to(torch.float32)).to(x.dtype)
     return h, rmsnorm_ref(h, weight, eps)
+
+
+def _global_scale_per_group(g: torch.Tensor | None, groups: int) -> list[torch.Tensor | None]:
+    """One NVFP4 global scale per group from None, a [1] tensor (shared) or a [groups] tensor."""
+    if g is None or g.numel() == 1:
+        return [g] * groups
+    if g.shape != (groups,):
+        raise ValueError(f"global_scale: expected shape [1] or [{groups}], got {list(g.shape)}")
+    return [g[i:i + 1] for i in range(groups)]
+
+
+def quantize_experts_ref(
+    w: torch.Tensor,
+    format: str,
+    *,
+    layout: str = "swizzled",
+    scale_mode: str = "floor",
+    global_scale: torch.Tensor | None = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """quantize_ref of every expert of w [E, N, K] -> (data uint8, scale uint8), stacked.
+
+    data: [E, N, K*bits/8]; scale: [E, N, K/B] (linear) or [E, roundup(N,128), roundup(K/B,4)]
+    (swizzled: each expert's slab in the 128x4 layout, padding 0). global_scale: None, [1]
+    (every expert) or [E] (one per expert).
+    """
+    fmt = get_format(format)
+    if w.dim() != 3:
+        raise ValueError(f"w: expected a 3-D tensor [E, N, K], got shape {list(w.shape)}")
+    e, n, k = w.shape
+    parts = [quantize_ref(w[i], format, layout=layout, scale_mode=scale_mode, global_scale=g)
+             for i, g in enumerate(_global_scale_per_group(global_scale, e))]
+    if not parts:
+        return (torch.empty((0, n, fmt.data_cols(k)), dtype=torch.uint8, device=w.device),
+                torch.empty((0, *scale_shape(fmt, n, k, layout)), dtype=torch.uint8, device=w.device))
+    return torch.stack([d for d, _ in parts]), torch.stack([s for _, s in parts])
+
+
+def quantize_grouped_ref(
+    x: torch.Tensor,
+    group_offsets: torch.Tensor,
+    format: str,
+    *,
+    scale_mode: str = "floor",
+    global_scale: torch.Tensor | None = None,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Rowwise quantization of the row groups of x [T, K] -> (data uint8, scale uint8, scale_offsets int32).
+
+    Group g is rows [offsets[g-1], offsets[g]) (0 before the first). data: [T, K*bits/8], group
+    g's rows quantized with its global scale (None, [1] shared, or [G]). scale: [R, roundup(K/B,4)]
+    with R = 128 * floor((T + 127*G) / 128); group g's swizzled scales (its rows padded to a
+    multiple of 128) start at row scale_offsets[g] = sum over h < g of roundup(size_h, 128);
+    every other byte is 0.
+    """
+    fmt = get_format(format)
+    if x.dim() != 2:
+        raise ValueError(f"x: expected a 2-D tensor [T, K], got shape {list(x.shape)}")
+    t, k = x.shape
+    ends = [int(v) for v in group_offsets.tolist()]
+    if not ends or any(b < a for a, b in zip([0] + ends, ends)) or ends[-1] != t:
+        raise ValueError(f"group_offsets: expected non-decreasing values >= 0 ending at T = {t}, got {ends}")
+    rows = (t + (SWIZZLE_ROWS - 1) * len(ends)) // SWIZZLE_ROWS * SWIZZLE_ROWS
+    data = torch.empty((t, fmt.data_cols(k)), dtype=torch.uint8, device=x.device)
+    scale = torch.zeros((rows, round_up(k // fmt.block, SWIZZLE_COLS)), dtype=torch.uint8, device=x.device)
+    starts = []
+    begin = start = 0
+    for end, g in zip(ends, _global_scale_per_group(global_scale, len(ends))):
+        d, s = quantize_ref(x[begin:end], format, layout="swizzled", scale_mode=scale_mode, global_scale=g)
+        data[begin:end] = d
+        scale[start:start + s.shape[0]] = s
+        starts.append(start)
+        begin, start = end, start + s.shape[0]
+    return data, scale, torch.tensor(starts, dtype=torch.int32, device=x.device)
+
+
+def quantize_columnwise_ref(x: torch.Tensor, format: str, **kwargs) -> tuple[torch.Tensor, torch.Tensor]:
+    """Columnwise quantization: rowwise quantization of `x.T.contiguous()` (leading dims of x
+    flattened to M), i.e. data [K, M*bits/8] with blocks of B consecutive rows of x."""
+    x2 = x.reshape(-1, x.shape[-1]) if x.dim() != 2 else x
+    return quantize_ref(x2.t().contiguous(), format, **kwargs)
+
+
+RHT_SIZE = 16
+RHT_DEFAULT_SIGN_MASK = 0xD7E8
+
+
+def rht_matrix(sign_mask: int = RHT_DEFAULT_SIGN_MASK, device: torch.device | str = "cpu") -> torch.Tensor:
+    """R = diag(s) * H16 / 4 (fp64): H16[i][j] = (-1)^popcount(i & j), s_i = -1 where bit i of
+    the 16-bit mask is set."""
+    i = torch.arange(RHT_SIZE, device=device)
+    parity = torch.zeros(RHT_SIZE, RHT_SIZE, dtype=torch.int64, device=device)
+    both = i.view(-1, 1) & i.view(1, -1)
+    for bit in range(4):
+        parity ^= (both >> bit) & 1
+    h = 1.0 - 2.0 * parity.to(torch.float64)
+    s = 1.0 - 2.0 * ((sign_mask >> i) & 1).to(torch.float64)
+    return s.view(-1, 1) * h / 4.0
+
+
+def rht_ref(x: torch.Tensor, sign_mask: int = RHT_DEFAULT_SIGN_MASK) -> torch.Tensor:
+    """The transformed transpose y [N, M] (bfloat16) of x [M, N]:
+    `y[n, 16c + j] = sum_i x[16c + i, n] * R[i, j]`, summed in fp64 and rounded once to bf16."""
+    m, n = x.shape
+    if m % RHT_SIZE or n % RHT_SIZE:
+        raise ValueError(f"x: M = {m} and N = {n} must be multiples of {RHT_SIZE}")
+    groups = x.to(torch.float64).t().reshape(n, m // RHT_SIZE, RHT_SIZE)
+    y = groups @ rht_matrix(sign_mask, x.device)
+    return y.reshape(n, m).to(torch.float32).to(torch.bfloat16)
+
+
+def rht_global_scale_ref(x: torch.Tensor, sign_mask: int = RHT_DEFAULT_SIGN_MASK) -> torch.Tensor:
+    """fp32 [1] calibration of the columnwise RHT output: 448*6 / amax(|rht(x)|)."""
+    return nvfp4_global_scale_ref(rht_ref(x, sign_mask))
+
+
+def quantize_nvfp4_rht_ref(
+    x: torch.Tensor, *, global_scale_row: torch.Tensor | None = None,
+    global_scale_col: torch.Tensor | None = None, sign_mask: int = RHT_DEFAULT_SIGN_MASK,
+    layout: str = "swizzled",
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(data, scale, data_t, scale_t): NVFP4 of x with g_row, NVFP4 of rht_ref(x) with g_col."""
+    data, scale = quantize_ref(x, "nvfp4", layout=layout, global_scale=global_scale_row)
+    data_t, scale_t = quantize_ref(rht_ref(x, sign_mask), "nvfp4", layout=layout, global_scale=global_scale_col)
+    return data, scale, data_t, scale_t

@@ -33,8 +33,8 @@ class Candidate:
     arch: str
     kclass: KClass
 
-    def accepts(self, k: int, block: int, ptr_align: int, stride_bytes: int) -> bool:
-        return self.kclass.accepts(k, block, ptr_align, stride_bytes)
+    def accepts(self, k: int, block: int, ptr_align: int, stride_bytes: int, m: int = 0) -> bool:
+        return self.kclass.accepts(k, block, ptr_align, stride_bytes, m)
 
 
 class DispatchTable:
@@ -130,7 +130,7 @@ class DispatchTable:
         """The loaded function for this input: the most specialized cached K-class that accepts
         it, and among that class's builds the one tuned for (device, M bucket), else the heuristic."""
         cands = self.candidates(op, coords, capability)
-        accepting = [c for c in cands if c.accepts(k, block, ptr_align, stride_bytes)]
+        accepting = [c for c in cands if c.accepts(k, block, ptr_align, stride_bytes, m)]
         if accepting:
             first = accepting[0]
             pool = [c for c in accepting if c.kclass.name == first.kclass.name and c.arch == first.arch]
@@ -205,6 +205,8 @@ class DispatchTable:
 
 def _describe(kc: KClass) -> str:
     parts = [f"K multiple of {kc.k_multiple_blocks} block(s)"]
+    if kc.m_multiple:
+        parts.append(f"M multiple of {kc.m_multiple}")
     if kc.max_k:
         parts.append(f"K <= {kc.max_k}")
     if kc.vector_bytes:

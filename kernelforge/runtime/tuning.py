@@ -11,6 +11,7 @@ sources match the table's; otherwise `heuristic_rank` decides:
   most shapes; see benchmarks/RESULTS.md).
 * rmsnorm_quantize: 32 elements per thread for hidden sizes up to 8192, 64 above (H100: 64
   keeps more bytes in flight per thread where a row spans many warps or CTAs).
+* quantize_grouped: 128 threads per CTA (as quantize; the default spec builds only that).
 """
 from __future__ import annotations
 
@@ -28,7 +29,8 @@ if TYPE_CHECKING:  # the runtime never publishes: keep the cache store out of it
 SCHEMA = 1
 M_BUCKETS = (256, 4096)  # upper bounds of M for the first buckets; the last bucket is open
 BUCKET_SAMPLE_M = (128, 2048, 16384)  # the M that `kernelforge tune` times for each bucket
-TUNING_AXES = {"quantize": ("threads", "units_per_thread"), "rmsnorm_quantize": ("elements",)}
+TUNING_AXES = {"quantize": ("threads", "units_per_thread"), "rmsnorm_quantize": ("elements",),
+               "quantize_grouped": ("threads",)}
 
 
 def m_bucket(m: int) -> int:
@@ -47,6 +49,8 @@ def heuristic_rank(op: str, max_k: int, values: Mapping[str, Any]) -> tuple:
         return (values.get("threads") != 128, values.get("units_per_thread") or 0)
     if op == "rmsnorm_quantize":
         return (values.get("elements") != (64 if max_k > 8192 else 32),)
+    if op == "quantize_grouped":
+        return (values.get("threads") != 128,)
     return ()
 
 

@@ -13,7 +13,7 @@ from kernelforge.spec.schema import OP_SCHEMAS, OpSchema, Value
 KCLASS_NAME = re.compile(r"[A-Za-z][A-Za-z0-9_]*")
 KCLASS_FIELDS = ("k_multiple_blocks", "vector_bytes")
 # Optional fields: 0 (the default) means "no bound" / "not used by this op's kernel".
-KCLASS_OPTIONAL = ("max_k", "elements", "cluster")
+KCLASS_OPTIONAL = ("max_k", "elements", "cluster", "m_multiple")
 VECTOR_BYTES = (0, 1, 2, 4, 8, 16)
 
 
@@ -52,6 +52,9 @@ def kclass_problem(fields: Mapping[str, Any], required: tuple[str, ...] = ()) ->
     v = fields.get("cluster", 1)
     if _int_problem(v, 1, 8) or v & (v - 1):
         return "cluster", f"expected 1, 2, 4 or 8 (CTAs of a thread-block cluster), got {v!r}"
+    v = fields.get("m_multiple", 0)
+    if _int_problem(v, 0, 128) or v & (v - 1):  # divides 128: the runtime memoizes on M mod 128
+        return "m_multiple", f"expected 0 or a power of two up to 128, got {v!r}"
     return None
 
 
@@ -64,6 +67,8 @@ class KClass:
     `max_k`: largest K in elements (0: unbounded). For kernels that keep whole rows on chip:
     `elements` is how many elements (whole scale blocks) each thread holds and `cluster` the
     CTAs (of a thread-block cluster) that share one row (0 / 1 where the op does not use them).
+    `m_multiple`: M (the flattened leading dimensions) is a multiple of this (0: any M), for
+    kernels that tile both dimensions.
     """
 
     name: str
@@ -72,15 +77,21 @@ class KClass:
     max_k: int = 0
     elements: int = 0
     cluster: int = 1
+    m_multiple: int = 0
 
     @property
     def specificity(self) -> tuple[int, int, float]:
         """Sort key: a more specialized class sorts higher (a tighter max_k is more specialized)."""
-        return (self.vector_bytes, self.k_multiple_blocks, -self.max_k if self.max_k else -math.inf)
+        return (self.vector_bytes, self.k_multiple_blocks, self.m_multiple,
+                -self.max_k if self.max_k else -math.inf)
 
-    def accepts(self, k: int, block: int, ptr_align_bytes: int, row_stride_bytes: int) -> bool:
-        """Whether a problem with K = `k` elements (blocks of `block`) and these alignments fits."""
-        if (k // block) % self.k_multiple_blocks or (self.max_k and k > self.max_k):
+    def accepts(self, k: int, block: int, ptr_align_bytes: int, row_stride_bytes: int, m: int = 0) -> bool:
+        """Whether a problem of M = `m` rows and K = `k` elements (blocks of `block`) with these
+        alignments fits. K need not be a multiple of `block` where k_multiple_blocks is 1
+        (columnwise-only quantization blocks along M)."""
+        if self.k_multiple_blocks > 1 and k % (block * self.k_multiple_blocks):
+            return False
+        if (self.max_k and k > self.max_k) or (self.m_multiple and m % self.m_multiple):
             return False
         if self.vector_bytes > 0:
             return (ptr_align_bytes % self.vector_bytes == 0
@@ -89,9 +100,12 @@ class KClass:
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-able form, keys sorted."""
-        return {"cluster": self.cluster, "k_multiple_blocks": self.k_multiple_blocks,
-                "elements": self.elements, "max_k": self.max_k, "name": self.name,
-                "vector_bytes": self.vector_bytes}
+        d = {"cluster": self.cluster, "k_multiple_blocks": self.k_multiple_blocks,
+             "elements": self.elements, "max_k": self.max_k, "name": self.name,
+             "vector_bytes": self.vector_bytes}
+        if self.m_multiple:  # only when set, so that the keys of classes without it never change
+            d["m_multiple"] = self.m_multiple
+        return d
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> KClass:

@@ -127,11 +127,31 @@ AXES: dict[str, Axis] = {
              expected="an integer in 1..16", abbrev="u"),
         # Fused RMSNorm ops: "none" = rmsnorm(x), "add" = rmsnorm(x + residual), residual updated.
         Axis("residual", str, choices=("none", "add")),
+        # Columnwise quantization: "columnwise" writes x.T's quantization only, "dual" both sides.
+        Axis("outputs", str, choices=("columnwise", "dual")),
+        # Columnwise transform: "rht" = random Hadamard transform of 16-row groups (NVFP4, bf16).
+        Axis("transform", str, choices=("none", "rht")),
         # Elements of a row each thread keeps in registers (whole scale blocks of every format).
         Axis("elements", int, check=lambda v: 32 <= v <= 256 and v % 32 == 0,
              expected="a multiple of 32 in 32..256", abbrev="e"),
+        # Grouped quantization: "experts" = a stacked [E, N, K] input with per-expert scale
+        # slabs; "offsets" = a [T, K] input split into row groups by cumulative group ends.
+        Axis("grouping", str, choices=("experts", "offsets")),
     )
 }
+
+
+def _grouping_fits_layout(c: Mapping[str, Value]) -> str | None:
+    if c["grouping"] == "offsets" and c["layout"] != "swizzled":
+        return f"grouping 'offsets' has swizzled scales only (got layout {c['layout']!r})"
+    return None
+
+
+def _rht_is_nvfp4_bf16(c: Mapping[str, Value]) -> str | None:
+    if c["transform"] == "rht" and (c["format"] != "nvfp4" or c["dtype"] != "bfloat16"):
+        return "transform 'rht' is defined for format 'nvfp4' with dtype 'bfloat16' only (NUMERICS.md)"
+    return None
+
 
 # The fused RMSNorm kernels take 16-bit inputs only (the weight has the input's dtype).
 HALF_DTYPE = Axis("dtype", str, choices=("bfloat16", "float16"))
@@ -162,6 +182,23 @@ OP_SCHEMAS: dict[str, OpSchema] = {
             (Constraint(("format", "scale_mode"), _scale_mode_fits_format),),
             domains=(HALF_DTYPE,),
             kclass_required=("max_k",),
+        ),
+        # Rowwise quantization of every group of a grouped (mixture-of-experts) input in one launch.
+        _schema(
+            "quantize_grouped",
+            ("format", "scale_mode", "layout", "grouping", "dtype", "kclass", "arch"),
+            ("threads",),
+            (Constraint(("format", "scale_mode"), _scale_mode_fits_format),
+             Constraint(("grouping", "layout"), _grouping_fits_layout)),
+        ),
+        # Columnwise (x.T) quantization, alone or with the rowwise output from one read of x
+        # ("dual"); optionally of the Hadamard-transformed columns. K-classes also bound M.
+        _schema(
+            "quantize_columnwise",
+            ("format", "scale_mode", "layout", "dtype", "outputs", "transform", "kclass", "arch"),
+            (),
+            (Constraint(("format", "scale_mode"), _scale_mode_fits_format),
+             Constraint(("transform", "format", "dtype"), _rht_is_nvfp4_bf16)),
         ),
     )
 }

@@ -1,0 +1,231 @@
+"""Grouped (mixture-of-experts) rowwise quantization in one launch, as one CuTe-DSL kernel class.
+
+Two groupings share the kernel:
+
+* `experts`: a weight stack `[E, N, K]`; every expert gets its own scale slab (`[N, K/B]`
+  linear, or the 128x4 swizzled layout of an `[N, K]` matrix, `[roundup(N,128), roundup(K/B,4)]`).
+* `offsets`: activations `[T, K]` split into G groups of consecutive rows by cumulative ends
+  `group_offsets[G]`; group g's swizzled scales start at row `scale_offsets[g]`, the sum of the
+  earlier groups' sizes each rounded up to 128, and every row that belongs to no group (the
+  padding up to 128 of each group, and all rows after the last group) is zero.
+
+As in `QuantizeKernel`, one thread owns one scale byte of the padded scale matrix: it either
+quantizes its block through the shared `BlockQuantizer` (so the bytes equal plain `quantize`)
+or writes the zero padding byte. Scale row r of expert e is global row `e * rows + r`, and group
+g's block starts at a multiple of 128, so in both groupings the byte offset is the plain
+`scale_offset` of the global scale row; only the mapping from a scale row to an input row
+differs.
+
+For `offsets` the first warp of every CTA turns the offsets into per-group row ranges and
+padded block starts in shared memory (two warp scans over chunks of groups; CTA 0 also writes
+`scale_offsets`), and each thread finds its group by binary search over the starts. Offsets
+are made safe before use, whatever their values: `end[g] = clamp(max(offsets[0..g]), 0, T)`
+(monotonic, within x), and at most `MAX_GROUPS` groups are read; for valid offsets this is
+the identity.
+"""
+from dataclasses import dataclass
+
+import cuda.bindings.driver as cuda
+import cutlass
+import cutlass.cute as cute
+from cutlass import Float32, Int32, Uint8
+
+from ..formats import SWIZZLE_ROWS, Format
+from .blockscale import BlockQuantizer, byte_views, scale_grid, scale_offset, widen
+
+MAX_GROUPS = 1024  # groups of one `offsets` call (shared-memory tables of MAX_GROUPS + 1 entries)
+SEARCH_STEPS = MAX_GROUPS.bit_length() - 1  # binary-search steps over MAX_GROUPS starts
+WARP = 32
+
+
+@dataclass(frozen=True)
+class QuantizeGroupedConfig:
+    """Compile-time knobs of one grouped-quantize variant; fields map one to one onto spec axes."""
+
+    fmt: Format
+    grouping: str  # "experts" | "offsets"
+    layout: str  # "linear" | "swizzled" ("offsets": swizzled only)
+    scale_mode: str  # "floor" | "rceil" | "none"
+    threads: int  # threads per CTA
+
+
+class QuantizeGroupedKernel:
+    """Host launcher (`__call__`) and device body (`kernel`) of grouped rowwise quantization."""
+
+    def __init__(self, cfg: QuantizeGroupedConfig) -> None:
+        if cfg.grouping == "offsets" and cfg.layout != "swizzled":
+            raise ValueError("quantize_grouped: the offsets grouping has swizzled scales only")
+        self.cfg = cfg
+        self.q = BlockQuantizer(cfg.fmt, cfg.scale_mode)
+        self.block = cfg.fmt.block
+        self.swizzled = cfg.layout == "swizzled"
+        self.experts = cfg.grouping == "experts"
+
+    @cute.jit
+    def __call__(
+        self,
+        mX: cute.Tensor,  # experts: [E, N, K]; offsets: [T, K] (row stride ld)
+        mOff: cute.Tensor,  # offsets: [G] int32 cumulative group ends; experts: None
+        mQ: cute.Tensor,  # data, x's shape with K * bits / 8 bytes per row
+        mS: cute.Tensor,  # experts: [E, N, K/B] or [E, Np, Kp]; offsets: [R, Kp] (R multiple of 128)
+        mSO: cute.Tensor,  # offsets: [G] int32 scale row of each group's block (written); experts: None
+        mG: cute.Tensor,  # NVFP4 global encode scales [1] or [E] / [G]; None for MX formats
+        stream: cuda.CUstream,
+    ):
+        k_blocks = mX.shape[cute.rank(mX) - 1] // self.block
+        if cutlass.const_expr(self.experts):
+            n_rows, n_cols = scale_grid(mX.shape[1], k_blocks, self.swizzled)  # per expert
+            total_rows = mX.shape[0] * n_rows
+        else:
+            _, n_cols = scale_grid(mX.shape[0], k_blocks, True)
+            total_rows = mS.shape[0]
+            n_rows = total_rows
+        mQ, mS = byte_views(mQ, mS)
+        threads = self.cfg.threads
+        # At least one CTA: with no scale byte at all, `offsets` still writes scale_offsets.
+        grid = cutlass.max((total_rows * n_cols + (threads - 1)) // threads, 1)
+        self.kernel(mX, mOff, mQ, mS, mSO, mG, n_rows, total_rows, n_cols).launch(
+            grid=[grid, 1, 1], block=[threads, 1, 1], stream=stream
+        )
+
+    @cute.kernel
+    def kernel(self, mX: cute.Tensor, mOff: cute.Tensor, mQ: cute.Tensor, mS: cute.Tensor,
+               mSO: cute.Tensor, mG: cute.Tensor, n_rows: Int32, total_rows: Int32, n_cols: Int32):
+        tidx, _, _ = cute.arch.thread_idx()
+        bidx, _, _ = cute.arch.block_idx()
+        if cutlass.const_expr(self.experts):
+            self.expert_slots(mX, mQ, mS, mG, n_rows, total_rows, n_cols, tidx, bidx)
+        else:
+            self.offset_slots(mX, mOff, mQ, mS, mSO, mG, total_rows, n_cols, tidx, bidx)
+
+    @cute.jit
+    def expert_slots(self, mX: cute.Tensor, mQ: cute.Tensor, mS: cute.Tensor, mG: cute.Tensor,
+                     n_rows: Int32, total_rows: Int32, n_cols: Int32, tidx: Int32, bidx: Int32):
+        """Scale byte `slot` of the stacked per-expert scale slabs: quantize or zero padding."""
+        slot = bidx * self.cfg.threads + tidx
+        m = slot // n_cols  # scale row over all experts: expert e's slab is rows [e*n_rows, (e+1)*n_rows)
+        k = slot - m * n_cols
+        if m < total_rows:
+            s_off = scale_offset(m, k, n_cols, self.swizzled)
+            e = m // n_rows
+            r = m - e * n_rows
+            if r < mX.shape[1] and k < mX.shape[2] // self.block:
+                gX = cute.zipped_divide(mX, (1, 1, self.block))  # ((1, 1, B), (E, N, K/B))
+                gQ = cute.zipped_divide(mQ, (1, 1, self.q.out_bytes))
+                mS[s_off] = self.quantize_block(gX[(0, 0, None), (e, r, k)], gQ[(0, 0, None), (e, r, k)],
+                                                mG, e)
+            else:
+                mS[s_off] = Uint8(0)  # swizzle padding is always written as zero
+
+    @cute.jit
+    def offset_slots(self, mX: cute.Tensor, mOff: cute.Tensor, mQ: cute.Tensor, mS: cute.Tensor,
+                     mSO: cute.Tensor, mG: cute.Tensor, total_rows: Int32, n_cols: Int32,
+                     tidx: Int32, bidx: Int32):
+        """Scale byte `slot` of the grouped scale matrix: quantize, or zero where no row is."""
+        smem = cutlass.utils.SmemAllocator()
+        ends = smem.allocate_tensor(Int32, cute.make_layout(MAX_GROUPS), 16)
+        starts = smem.allocate_tensor(Int32, cute.make_layout(MAX_GROUPS + 1), 16)
+        n_groups = cutlass.min(mOff.shape[0], MAX_GROUPS)
+        t_rows = mX.shape[0]
+        if tidx < WARP:
+            self.group_table(mOff, mSO, ends, starts, n_groups, t_rows, tidx, bidx)
+        cute.arch.sync_threads()
+
+        slot = bidx * self.cfg.threads + tidx
+        m = slot // n_cols
+        k = slot - m * n_cols
+        if m < total_rows:
+            s_off = scale_offset(m, k, n_cols, True)
+            # The input row of scale row m (t_rows where m is padding), and its group.
+            g = Int32(0)
+            row = t_rows
+            if m < starts[n_groups]:
+                # Largest g with starts[g] <= m: the non-empty group whose block holds m.
+                for s in cutlass.range_constexpr(SEARCH_STEPS):
+                    nxt = g + (MAX_GROUPS >> (s + 1))
+                    if nxt < n_groups:
+                        if starts[nxt] <= m:
+                            g = nxt
+                begin = Int32(0)
+                if g > 0:
+                    begin = ends[g - 1]
+                r = begin + (m - starts[g])
+                if r < ends[g]:
+                    row = r
+            if row < t_rows and k < mX.shape[1] // self.block:
+                gX = cute.zipped_divide(mX, (1, self.block))  # ((1, B), (T, K/B))
+                gQ = cute.zipped_divide(mQ, (1, self.q.out_bytes))
+                mS[s_off] = self.quantize_block(gX[(0, None), (row, k)], gQ[(0, None), (row, k)], mG, g)
+            else:
+                mS[s_off] = Uint8(0)
+
+    @cute.jit
+    def group_table(self, mOff: cute.Tensor, mSO: cute.Tensor, ends: cute.Tensor, starts: cute.Tensor,
+                    n_groups: Int32, t_rows: Int32, lane: Int32, bidx: Int32):
+        """One warp: `ends[g]` (clamped group ends) and `starts[g]` (first scale row of group g,
+        `starts[n_groups]` the total) in shared memory; CTA 0 also writes `mSO`.
+
+        Lane l handles the groups [l*c, (l+1)*c); a max-scan and then a sum-scan over the lanes'
+        chunk results give each lane what precedes its chunk.
+        """
+        c = (n_groups + (WARP - 1)) // WARP
+        first = lane * c
+        chunk_max = Int32(0)
+        for i in cutlass.range(c):
+            if first + i < n_groups:
+                chunk_max = cutlass.max(chunk_max, mOff[first + i])
+        run = self.warp_exclusive(chunk_max, lane, True)  # max of the offsets before the chunk, >= 0
+        chunk_begin = cutlass.min(run, t_rows)  # = ends[first - 1], the chunk's first row
+        prev = chunk_begin
+        chunk_rows = Int32(0)  # scale rows of the chunk's blocks
+        for i in cutlass.range(c):
+            if first + i < n_groups:
+                run = cutlass.max(run, mOff[first + i])
+                end = cutlass.min(run, t_rows)
+                ends[first + i] = end
+                chunk_rows = chunk_rows + (end - prev + (SWIZZLE_ROWS - 1)) // SWIZZLE_ROWS * SWIZZLE_ROWS
+                prev = end
+        start = self.warp_exclusive(chunk_rows, lane, False)
+        prev = chunk_begin
+        for i in cutlass.range(c):
+            if first + i < n_groups:
+                starts[first + i] = start
+                if bidx == 0:
+                    mSO[first + i] = start
+                end = ends[first + i]
+                start = start + (end - prev + (SWIZZLE_ROWS - 1)) // SWIZZLE_ROWS * SWIZZLE_ROWS
+                prev = end
+        if lane == WARP - 1:
+            starts[n_groups] = start  # the last lane's chunk ends at the total
+
+    @cute.jit
+    def warp_exclusive(self, v: Int32, lane: Int32, take_max: cutlass.Constexpr[bool]) -> Int32:
+        """Exclusive max (identity 0, for values >= 0) or sum scan of `v` over the 32 lanes."""
+        for d in cutlass.range_constexpr(5):
+            other = cute.arch.shuffle_sync_up(v, 1 << d)
+            if lane >= (1 << d):
+                if cutlass.const_expr(take_max):
+                    v = cutlass.max(v, other)
+                else:
+                    v = v + other
+        before = cute.arch.shuffle_sync_up(v, 1)
+        if lane == 0:
+            before = Int32(0)
+        return before
+
+    @cute.jit
+    def quantize_block(self, src: cute.Tensor, dst: cute.Tensor, mG: cute.Tensor, index: Int32) -> Uint8:
+        """Quantize one block of the input into `dst`; its scale byte. NVFP4 uses global scale
+        `mG[index]`, or `mG[0]` when one scale is given for every group."""
+        g_one = mG
+        if cutlass.const_expr(mG is not None):
+            g_one = cute.make_tensor(mG.iterator + cutlass.min(index, mG.shape[0] - 1), cute.make_layout(1))
+        enc_g, inv_g = self.q.global_factors(g_one)
+        raw = cute.make_rmem_tensor(self.block, src.element_type)
+        cute.autovec_copy(src, raw)
+        scale = Uint8(0)
+        if cutlass.const_expr(src.element_type == Float32):
+            scale = Uint8(self.q.quantize(raw, dst, enc_g, inv_g))
+        else:
+            scale = Uint8(self.q.quantize(widen(raw), dst, enc_g, inv_g, raw))
+        return scale

@@ -1,0 +1,220 @@
+"""Columnwise and dual (rowwise + columnwise) block-scaled quantization, optionally with the
+random Hadamard transform (RHT) on the columnwise side, as one CuTe-DSL kernel class.
+
+A CTA owns a tile of TILE_M rows x 4 scale blocks of columns. Each thread loads whole row
+blocks (B consecutive elements of a row, 16-byte vectors), quantizes them rowwise when asked,
+and parks them in shared memory; after one barrier each thread takes two adjacent columns of
+the tile, gathers B consecutive rows of each from shared memory (one 32-bit word per row holds
+both columns for 16-bit inputs) and quantizes them into the transposed output. The input is
+read from memory once for both outputs.
+
+Tiles also cover the 128x4 padding of swizzled scales (rowwise: M to 128 and K/B to 4;
+columnwise: K to 128 and M/B to 4), so every padding byte is written, as zero, by the thread
+that owns it. With `exact_tiles` (the K-class guarantees M % TILE_M == 0, K % tile width == 0
+and 16-byte alignment) loads need no element-level bounds checks; otherwise blocks that cross
+the end of a row are loaded element by element (columnwise-only calls allow any K).
+"""
+from dataclasses import dataclass
+
+import cuda.bindings.driver as cuda
+import cutlass
+import cutlass.cute as cute
+from cutlass import Float32, Int32, Uint8, Uint32
+
+from ..formats import Format
+from . import convert as cv
+from .blockscale import BlockQuantizer, byte_views, scale_grid, scale_offset, widen
+
+TILE_M = 64  # rows per tile: whole column blocks of every format (B = 16 or 32)
+THREADS = 128
+SMEM_PAD_BYTES = 16  # per tile row: 16-byte row stores from neighbouring rows hit other banks
+RHT_SIZE = 16  # the Hadamard transform runs over 16 consecutive rows (one NVFP4 block)
+
+
+@dataclass(frozen=True)
+class TiledQuantizeConfig:
+    """Compile-time knobs of one variant; fields map onto spec axes and the K-class."""
+
+    fmt: Format
+    layout: str  # "linear" | "swizzled" (both outputs)
+    scale_mode: str  # "floor" | "rceil" | "none"
+    rowwise: bool  # outputs = "dual": the rowwise output as well
+    rht: bool  # transform = "rht": columnwise output of the Hadamard-transformed columns (NVFP4)
+    exact_tiles: bool  # K-class: whole tiles, 16-byte aligned rows
+
+
+class TiledQuantizeKernel:
+    """Host launcher (`__call__`) and device body (`kernel`) of columnwise / dual quantization."""
+
+    def __init__(self, cfg: TiledQuantizeConfig) -> None:
+        self.cfg = cfg
+        self.q = BlockQuantizer(cfg.fmt, cfg.scale_mode)
+        self.block = cfg.fmt.block
+        self.tile_k = 4 * self.block  # 4 scale blocks: one swizzle column group
+        self.pairs = self.tile_k // 2  # column pairs of a tile
+        self.row_jobs = TILE_M * 4 // THREADS  # row blocks per thread
+        self.col_jobs = TILE_M // self.block * self.pairs // THREADS  # column-pair blocks per thread
+        self.swizzled = cfg.layout == "swizzled"
+
+    @cute.jit
+    def __call__(
+        self,
+        mX: cute.Tensor,  # [M, K] input, row stride ld
+        mQ: cute.Tensor,  # [M, K * bits / 8] rowwise data, or None (columnwise only)
+        mS: cute.Tensor,  # rowwise scales [M, K/B] / [Mp, Np], or None
+        mQt: cute.Tensor,  # [K, M * bits / 8] columnwise data
+        mSt: cute.Tensor,  # columnwise scales [K, M/B] / [Kp, Mbp]
+        mG: cute.Tensor,  # [1] fp32 rowwise global encode scale (NVFP4) or None
+        mGt: cute.Tensor,  # [1] fp32 columnwise global encode scale (NVFP4) or None
+        sign_mask: Int32,  # RHT: bit i set negates row i of each 16-row group
+        stream: cuda.CUstream,
+    ):
+        if cutlass.const_expr(self.cfg.rowwise):
+            mQ, mS = byte_views(mQ, mS)
+        mQt, mSt = byte_views(mQt, mSt)
+        m_ext = mX.shape[0]
+        if cutlass.const_expr(self.swizzled and (self.cfg.rowwise or self.block * 4 == 128)):
+            m_ext = (mX.shape[0] + 127) // 128 * 128  # rowwise rows / columnwise scale columns padded
+        k_ext = mX.shape[1]
+        if cutlass.const_expr(self.swizzled):
+            k_ext = (mX.shape[1] + 127) // 128 * 128  # columnwise rows / rowwise scale columns padded
+        # M tiles on x (no launch limit), K tiles on y (<= 65535, checked by the op): consecutive
+        # CTAs then write consecutive bytes of the same transposed rows.
+        grid = [(m_ext + (TILE_M - 1)) // TILE_M, (k_ext + (self.tile_k - 1)) // self.tile_k, 1]
+        smem = TILE_M * self.pitch(mX.element_type) * (mX.element_type.width // 8)
+        self.kernel(mX, mQ, mS, mQt, mSt, mG, mGt, sign_mask).launch(
+            grid=grid, block=[THREADS, 1, 1], smem=smem, stream=stream
+        )
+
+    def pitch(self, dtype) -> int:
+        """Elements per shared-memory tile row (padded)."""
+        return self.tile_k + SMEM_PAD_BYTES * 8 // dtype.width
+
+    @cute.kernel
+    def kernel(self, mX: cute.Tensor, mQ: cute.Tensor, mS: cute.Tensor, mQt: cute.Tensor,
+               mSt: cute.Tensor, mG: cute.Tensor, mGt: cute.Tensor, sign_mask: Int32):
+        tidx, _, _ = cute.arch.thread_idx()
+        tm, tk, _ = cute.arch.block_idx()
+        B = self.block
+        dtype = mX.element_type
+        m_rows = mX.shape[0]
+        k_cols = mX.shape[1]
+        m0 = tm * TILE_M
+        k0 = tk * self.tile_k
+        smem = cutlass.utils.SmemAllocator()
+        sT = smem.allocate_tensor(dtype, cute.make_layout((TILE_M, self.tile_k), stride=(self.pitch(dtype), 1)), 16)
+
+        # Phase 1: row blocks -> registers (-> rowwise output) -> shared memory.
+        gX = cute.zipped_divide(mX, (1, B))  # ((1, B), (M, K/B))
+        sX = cute.zipped_divide(sT, (1, B))
+        enc_g, inv_g = self.q.global_factors(mG)
+        if cutlass.const_expr(self.cfg.rowwise):
+            rows_r, cols_r = scale_grid(m_rows, k_cols // B, self.swizzled)
+            gQ = cute.zipped_divide(mQ, (1, self.q.out_bytes))
+        for j in cutlass.range_constexpr(self.row_jobs):
+            job = j * THREADS + tidx
+            lr = job // 4
+            lb = job % 4
+            r = m0 + lr
+            kb = k0 // B + lb
+            raw = cute.make_rmem_tensor(B, dtype)
+            full = r < m_rows and (kb + 1) * B <= k_cols
+            if full:
+                cute.autovec_copy(gX[(0, None), (r, kb)], raw)
+            else:
+                raw.fill(0)
+                if cutlass.const_expr(not self.cfg.exact_tiles):
+                    if r < m_rows:
+                        for i in cutlass.range_constexpr(B):
+                            if kb * B + i < k_cols:
+                                raw[i] = mX[r, kb * B + i]
+            cute.autovec_copy(raw, sX[(0, None), (lr, lb)])
+            if cutlass.const_expr(self.cfg.rowwise):
+                if r < rows_r and kb < cols_r:
+                    s_off = scale_offset(r, kb, cols_r, self.swizzled)
+                    if full:
+                        mS[s_off] = Uint8(self.quantize(raw, gQ[(0, None), (r, kb)], enc_g, inv_g))
+                    else:
+                        mS[s_off] = Uint8(0)  # swizzle padding is always written as zero
+        cute.arch.sync_threads()
+
+        # Phase 2: column pairs of B rows from shared memory -> columnwise output.
+        m_blocks = m_rows // B
+        rows_c, cols_c = scale_grid(k_cols, m_blocks, self.swizzled)
+        gQt = cute.zipped_divide(mQt, (1, self.q.out_bytes))
+        enc_t, inv_t = self.q.global_factors(mGt)
+        for j in cutlass.range_constexpr(self.col_jobs):
+            job = j * THREADS + tidx
+            p = job % self.pairs
+            rb = job // self.pairs
+            mb = m0 // B + rb
+            cols = self.gather_pair(sT, rb * B, p)
+            for c in cutlass.range_constexpr(2):
+                n = k0 + 2 * p + c
+                if n < rows_c and mb < cols_c:
+                    s_off = scale_offset(n, mb, cols_c, self.swizzled)
+                    if n < k_cols and mb < m_blocks:
+                        v = cols[c]
+                        if cutlass.const_expr(self.cfg.rht):
+                            v = self.hadamard(v, sign_mask)
+                        mSt[s_off] = Uint8(self.quantize(v, gQt[(0, None), (n, mb)], enc_t, inv_t))
+                    else:
+                        mSt[s_off] = Uint8(0)
+
+    @cute.jit
+    def quantize(self, v: cute.Tensor, dst: cute.Tensor, enc_g: Float32, inv_g: Float32) -> Uint32:
+        """Quantize one register block of the input dtype into `dst`; return its scale byte."""
+        if cutlass.const_expr(v.element_type == Float32):
+            return self.q.quantize(v, dst, enc_g, inv_g)
+        return self.q.quantize(widen(v), dst, enc_g, inv_g, v)
+
+    @cute.jit
+    def gather_pair(self, sT: cute.Tensor, r0: Int32, p: Int32):
+        """Columns 2p and 2p+1 of tile rows r0 .. r0+B-1 as two register blocks of the input dtype.
+
+        For 16-bit inputs one 32-bit shared load per row holds both columns; byte permutes
+        regroup them into row pairs per column (the packed form BlockQuantizer takes).
+        """
+        B = self.block
+        dtype = sT.element_type
+        a = cute.make_rmem_tensor(B, dtype)
+        b = cute.make_rmem_tensor(B, dtype)
+        if cutlass.const_expr(dtype == Float32):
+            for i in cutlass.range_constexpr(B):
+                a[i] = sT[r0 + i, 2 * p]
+                b[i] = sT[r0 + i, 2 * p + 1]
+        else:
+            sW = cute.recast_tensor(sT, Uint32)
+            aw = cute.recast_tensor(a, Uint32)
+            bw = cute.recast_tensor(b, Uint32)
+            for i in cutlass.range_constexpr(B // 2):
+                lo = sW[r0 + 2 * i, p]
+                hi = sW[r0 + 2 * i + 1, p]
+                aw[i] = cv.prmt(lo, hi, 0x5410)  # low halves: column 2p of rows 2i, 2i+1
+                bw[i] = cv.prmt(lo, hi, 0x7632)  # high halves: column 2p+1
+        return a, b
+
+    @cute.jit
+    def hadamard(self, x16: cute.Tensor, sign_mask: Int32) -> cute.Tensor:
+        """`bf16(x @ diag(s) H16 / 4)` of a 16-value bf16 block (NUMERICS.md RHT).
+
+        Signs flip the inputs, a radix-2 butterfly computes the Sylvester-Hadamard product in
+        fp32 and the exact 1/4 is applied before the single rounding to bf16.
+        """
+        v = widen(x16)
+        for i in cutlass.range_constexpr(RHT_SIZE):
+            flip = Uint32((sign_mask >> i) & 1) << Uint32(31)
+            v[i] = cv.bits_f32(cv.f32_bits(v[i]) ^ flip)
+        for s in cutlass.range_constexpr(4):  # log2(RHT_SIZE) butterfly stages
+            h = 1 << s
+            for i in cutlass.range_constexpr(RHT_SIZE):
+                if cutlass.const_expr((i & h) == 0):
+                    a = v[i]
+                    b = v[i + h]
+                    v[i] = a + b
+                    v[i + h] = a - b
+        y16 = cute.make_rmem_tensor(RHT_SIZE, x16.element_type)
+        yw = cute.recast_tensor(y16, Uint32)
+        for i in cutlass.range_constexpr(RHT_SIZE // 2):
+            yw[i] = cv.pack_half2(v[2 * i] * Float32(0.25), v[2 * i + 1] * Float32(0.25), True)
+        return y16

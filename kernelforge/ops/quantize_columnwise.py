@@ -1,0 +1,175 @@
+"""Columnwise and dual quantization, NVFP4 with the random Hadamard transform: validate,
+allocate, dispatch to the `quantize_columnwise` kernels (one launch reads x once)."""
+from __future__ import annotations
+
+from typing import Any, Optional
+
+import torch
+
+from ..formats import DTYPE_BYTES, Format
+from . import _common as c
+
+RHT_SIZE = 16
+RHT_SIGN_MASK = 0xD7E8  # NUMERICS.md's default
+MAX_K_TILES = 65535  # K tiles run on the grid's y dimension
+
+
+def check_input(x: object, dtypes: tuple[torch.dtype, ...] = tuple(c.DTYPES)) -> str:
+    """Type, dtype and dimension checks of x; return the dtype's name."""
+    if not isinstance(x, torch.Tensor):
+        raise TypeError(f"x: expected a torch.Tensor, got {type(x).__name__}")
+    if x.dtype not in dtypes:
+        names = ", ".join(str(d).replace("torch.", "") for d in dtypes)
+        raise ValueError(f"x: expected dtype {names}, got {x.dtype}")
+    if x.dim() < 2:
+        raise ValueError(f"x: columnwise quantization needs at least 2 dimensions ([M, K]), got {list(x.shape)}")
+    return c.DTYPES[x.dtype]
+
+
+def format_and_input(x: object, format: object, layout: object, scale_mode: object):
+    """`c.format_plan` plus the input checks: (format, effective mode, data dtype, scale dtype)."""
+    plan = c.format_plan(format, layout, scale_mode)
+    check_input(x)
+    return plan
+
+
+def run(x: torch.Tensor, fmt: Format, mode: str, layout: str, data_dtype: torch.dtype, scale_dtype: torch.dtype,
+        rowwise: bool, g_row: Optional[torch.Tensor], g_col: Optional[torch.Tensor], out: Any,
+        transform: str = "none", sign_mask: int = RHT_SIGN_MASK) -> tuple[torch.Tensor, ...]:
+    """Columnwise (and with `rowwise`, also rowwise) quantization of x, leading dims flattened to M.
+
+    Returns (data_t, scale_t), or (data, scale, data_t, scale_t) with `rowwise`; `out` is the
+    caller's tuple of the same length, or None.
+    """
+    dtype = c.DTYPES[x.dtype]
+    shape = x.shape
+    k = shape[-1]
+    b = fmt.block
+    device = x.device
+    if rowwise and k % b:
+        raise ValueError(f"x: K = {k} (the last dimension) must be a multiple of the {fmt.name} block size B = {b}")
+    x2 = x if len(shape) == 2 else x.reshape(-1, k)
+    m = x2.shape[0]
+    if m % b:
+        raise ValueError(f"x: M = {m} (the flattened leading dimensions) must be a multiple of the {fmt.name} "
+                         f"block size B = {b} for columnwise quantization")
+    if k and x.stride(-1) != 1:
+        raise ValueError(f"x: the last dimension must be contiguous (stride 1), got stride {x.stride(-1)}")
+    if -(-k // (4 * b)) > MAX_K_TILES:
+        raise ValueError(f"x: K = {k} is too large for columnwise quantization (at most {MAX_K_TILES * 4 * b})")
+    for name, g in (("global_scale_row" if transform == "rht" else "global_scale", g_row),
+                    ("global_scale_col", g_col)):
+        if g is not None:
+            try:
+                c.check_global_scale(g, fmt, device)
+            except (TypeError, ValueError) as exc:
+                raise type(exc)(str(exc).replace("global_scale:", f"{name}:", 1)) from None
+    n_out = 4 if rowwise else 2
+    if out is not None and not (isinstance(out, (tuple, list)) and len(out) == n_out):
+        what = "(data, scale, data_t, scale_t)" if rowwise else "(data_t, scale_t)"
+        raise TypeError(f"out: expected a {what} tuple of tensors, got {type(out).__name__}"
+                        + (f" of length {len(out)}" if isinstance(out, (tuple, list)) else ""))
+    t_shapes = c.output_shapes(fmt, (k, m), k, layout)
+    outs: list[torch.Tensor] = []
+    if rowwise:
+        d_shape, s_shape = c.output_shapes(fmt, shape, m, layout)
+        outs += c.output_buffers(None if out is None else out[:2], device, d_shape, s_shape, data_dtype, scale_dtype)
+    outs += c.output_buffers(None if out is None else out[-2:], device, *t_shapes, data_dtype, scale_dtype)
+    if m and k:
+        es = DTYPE_BYTES[dtype]
+        stride_bytes = x2.stride(0) * es if m > 1 else k * es
+        coords = (("dtype", dtype), ("format", fmt.name), ("layout", layout),
+                  ("outputs", "dual" if rowwise else "columnwise"), ("scale_mode", mode), ("transform", transform))
+        fn = c.kernel_for("quantize_columnwise", coords, device.index, k, b, x2.data_ptr(), stride_bytes, m)
+        g_row = c.global_scale_arg(fmt, g_row, device)
+        g_col = c.global_scale_arg(fmt, g_col, device) if transform == "rht" else g_row
+        data = outs[0] if not rowwise or len(shape) == 2 else outs[0].view(m, outs[0].shape[-1])
+        fn(x2, data if rowwise else None, outs[1] if rowwise else None, outs[-2], outs[-1], g_row, g_col, sign_mask)
+    else:
+        for s in outs[1::2]:
+            if s.numel():
+                s.view(torch.uint8).zero_()  # nothing to quantize: (padding) scales are zero
+    return tuple(outs) if out is None else tuple(out)
+
+
+def quantize_nvfp4_rht(
+    x: torch.Tensor,
+    *,
+    global_scale_row: Optional[torch.Tensor] = None,
+    global_scale_col: Optional[torch.Tensor] = None,
+    sign_mask: int = RHT_SIGN_MASK,
+    rowwise: bool = True,
+    columnwise: bool = True,
+    layout: str = "swizzled",
+    out: Optional[tuple[torch.Tensor, ...]] = None,
+) -> tuple[torch.Tensor, ...]:
+    """NVFP4 of x [M, N] (bfloat16) rowwise, and of its random-Hadamard-transformed transpose
+    columnwise (NUMERICS.md), from one read of x.
+
+    Returns (data, scale, data_t, scale_t) with both outputs, otherwise the one pair asked for:
+    data [M, N/2] and data_t [N, M/2] float4_e2m1fn_x2, scales float8_e4m3fn in `layout`.
+    `global_scale_row` / `global_scale_col` are fp32 [1] CUDA tensors (None means 1.0; see
+    `rht_global_scale` for the columnwise calibration). `sign_mask` is the 16-bit mask of
+    negated rows of each 16-row group. M and N must be multiples of 16. Shapes with M % 64
+    or N % 64 non-zero (or unaligned rows) run the prebuilt fallback variant, with the same bytes.
+    """
+    if torch.compiler.is_compiling():
+        from .library import traced_quantize_nvfp4_rht
+
+        return traced_quantize_nvfp4_rht(x, global_scale_row, global_scale_col, sign_mask, rowwise,
+                                         columnwise, layout, out)
+    fmt, mode, data_dtype, scale_dtype = c.format_plan("nvfp4", layout, "none")
+    check_input(x, (torch.bfloat16,))
+    if x.dim() != 2:
+        raise ValueError(f"x: expected a 2-D [M, N] tensor, got shape {list(x.shape)}")
+    check_sign_mask(sign_mask)
+    if not (rowwise or columnwise):
+        raise ValueError("rowwise, columnwise: at least one output must be requested")
+    m, n = x.shape
+    if m % RHT_SIZE or n % RHT_SIZE:
+        raise ValueError(f"x: M = {m} and N = {n} must both be multiples of {RHT_SIZE} for the Hadamard transform")
+    if not columnwise:
+        from .quantize import quantize
+
+        if global_scale_col is not None:
+            raise ValueError("global_scale_col: only used with columnwise=True")
+        return quantize(x, "nvfp4", layout=layout, global_scale=global_scale_row, out=out)
+    if not rowwise and global_scale_row is not None:
+        raise ValueError("global_scale_row: only used with rowwise=True")
+    return run(x, fmt, mode, layout, data_dtype, scale_dtype, rowwise, global_scale_row, global_scale_col, out,
+               transform="rht", sign_mask=sign_mask)
+
+
+def check_sign_mask(sign_mask: object) -> None:
+    if isinstance(sign_mask, bool) or not isinstance(sign_mask, int) or not 0 <= sign_mask <= 0xFFFF:
+        raise ValueError(f"sign_mask: expected an integer in 0..0xFFFF (16 row signs), got {sign_mask!r}")
+
+
+def hadamard_columns(x: torch.Tensor, sign_mask: int = RHT_SIGN_MASK) -> torch.Tensor:
+    """The transformed transpose `bf16(rht(x))` [N, M] of x [M, N] with torch ops on x's device
+    (fp32 butterflies, no sync): what the kernel computes, unfused."""
+    m, n = x.shape
+    i = torch.arange(RHT_SIZE, device=x.device)
+    signs = 1.0 - 2.0 * ((sign_mask >> i) & 1).to(torch.float32)
+    v = x.t().float().reshape(n, m // RHT_SIZE, RHT_SIZE) * signs
+    h = 1
+    while h < RHT_SIZE:
+        v = v.reshape(n, m // RHT_SIZE, RHT_SIZE // (2 * h), 2, h)
+        a, b = v[..., 0, :], v[..., 1, :]
+        v = torch.stack((a + b, a - b), dim=-2)
+        h *= 2
+    return (v.reshape(n, m) * 0.25).to(torch.bfloat16)
+
+
+def rht_global_scale(x: torch.Tensor, sign_mask: int = RHT_SIGN_MASK) -> torch.Tensor:
+    """Calibration of the columnwise RHT output: `448 * 6 / amax(|rht(x)|)` as an fp32 [1]
+    tensor on x's device (amax == 0 gives 1.0), computed on the device without a sync."""
+    check_input(x, (torch.bfloat16,))
+    if x.dim() != 2:
+        raise ValueError(f"x: expected a 2-D [M, N] tensor, got shape {list(x.shape)}")
+    check_sign_mask(sign_mask)
+    if x.shape[0] % RHT_SIZE or x.shape[1] % RHT_SIZE:
+        raise ValueError(f"x: M = {x.shape[0]} and N = {x.shape[1]} must both be multiples of {RHT_SIZE}")
+    from .quantize import nvfp4_global_scale
+
+    return nvfp4_global_scale(hadamard_columns(x, sign_mask))

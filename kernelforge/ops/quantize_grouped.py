@@ -1,0 +1,208 @@
+"""`kernelforge.quantize_experts` and `kernelforge.quantize_grouped`: grouped (mixture-of-experts)
+rowwise quantization, every group in one launch; validate, allocate, dispatch."""
+from __future__ import annotations
+
+from typing import Optional
+
+import torch
+
+from ..formats import DTYPE_BYTES, SWIZZLE_COLS, SWIZZLE_ROWS, Format, round_up
+from . import _common as c
+
+# Most groups of one quantize_grouped call: the kernel keeps a table of group starts in shared
+# memory (kernels/quantize_grouped.py's MAX_GROUPS; a test checks that they agree).
+MAX_GROUPS = 1024
+OP = "quantize_grouped"
+
+
+def experts_shapes(fmt: Format, e: int, n: int, k: int, layout: str) -> tuple[tuple, tuple]:
+    """(data shape, scale shape) of quantize_experts for w [e, n, k]: per-expert scale slabs."""
+    kb = k // fmt.block
+    if layout == "linear":
+        s_shape = (e, n, kb)
+    else:
+        s_shape = (e, round_up(n, SWIZZLE_ROWS), round_up(kb, SWIZZLE_COLS))
+    if s_shape[0] * s_shape[1] * s_shape[2] > c.MAX_BLOCKS:
+        raise ValueError(f"w: {e} x {n} x {k} needs {s_shape[0] * s_shape[1] * s_shape[2]} scale bytes; "
+                         f"at most {c.MAX_BLOCKS} are supported per call")
+    return (e, n, k * fmt.element_bits // 8), s_shape
+
+
+def grouped_rows(t: int, groups: int) -> int:
+    """Scale rows of quantize_grouped: `128 * floor((T + 127*G) / 128)`, a bound (known without
+    reading the offsets) of the sum over the groups of their sizes rounded up to 128."""
+    return (t + (SWIZZLE_ROWS - 1) * groups) // SWIZZLE_ROWS * SWIZZLE_ROWS
+
+
+def grouped_shapes(fmt: Format, t: int, k: int, groups: int) -> tuple[tuple, tuple]:
+    """(data shape, scale shape) of quantize_grouped for x [t, k] split into `groups` groups."""
+    s_shape = (grouped_rows(t, groups), round_up(k // fmt.block, SWIZZLE_COLS))
+    if s_shape[0] * s_shape[1] > c.MAX_BLOCKS:
+        raise ValueError(f"x: {t} x {k} in {groups} groups needs {s_shape[0] * s_shape[1]} scale bytes; "
+                         f"at most {c.MAX_BLOCKS} are supported per call")
+    return (t, k * fmt.element_bits // 8), s_shape
+
+
+def quantize_experts(
+    w: torch.Tensor,
+    format: str,
+    *,
+    layout: str = "swizzled",
+    scale_mode: str = "floor",
+    global_scale: Optional[torch.Tensor] = None,
+    out: Optional[tuple[torch.Tensor, torch.Tensor]] = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Rowwise block-scaled quantization of every expert of a weight stack `w [E, N, K]` in one launch.
+
+    Returns `(data, scale)`: data `[E, N, K*bits/8]` (float8_e4m3fn for MXFP8, float4_e2m1fn_x2
+    for MXFP4/NVFP4), expert e's bytes equal to `quantize(w[e])`; scale per expert, `[E, N, K/B]`
+    (linear) or `[E, roundup(N,128), roundup(K/B,4)]` (swizzled: each expert's slab is the 128x4
+    layout of an [N, K] matrix, padding zero). w is bfloat16, float16 or float32, contiguous, on
+    CUDA. `global_scale` (NVFP4): None (1.0), a float32 tensor [1] for every expert or [E], one
+    per expert. `format`, `scale_mode` and `out=(data, scale)` as for `kernelforge.quantize`.
+    Every argument is checked before anything is launched. Under torch.compile this is the
+    `kernelforge::quantize_experts` op.
+    """
+    if torch.compiler.is_compiling():
+        from .library import traced_quantize_experts
+
+        return traced_quantize_experts(w, format, layout, scale_mode, global_scale, out)
+    fmt, mode, data_dtype, scale_dtype = c.format_plan(format, layout, scale_mode)
+    dtype = _check_input("w", w, "[E, N, K]", fmt)
+    e, n, k = w.shape
+    if not w.is_contiguous():
+        raise ValueError("w: expected a contiguous tensor (call .contiguous())")
+    device = w.device
+    if global_scale is not None:
+        c.check_global_scale(global_scale, fmt, device, e, "expert", "w")
+    d_shape, s_shape = experts_shapes(fmt, e, n, k, layout)
+    data, scale = c.output_buffers(out, device, d_shape, s_shape, data_dtype, scale_dtype, "w")
+    if e and n and k:  # otherwise there is no byte to write, padding included
+        fn = c.kernel_for(OP, _coords(dtype, fmt, "experts", layout, mode), device.index, k, fmt.block,
+                          w.data_ptr(), k * DTYPE_BYTES[dtype], e * n)
+        fn(w, None, data, scale, None, c.global_scale_arg(fmt, global_scale, device))
+    return c.results(out, data, scale)
+
+
+def quantize_grouped(
+    x: torch.Tensor,
+    group_offsets: torch.Tensor,
+    format: str,
+    *,
+    scale_mode: str = "floor",
+    global_scale: Optional[torch.Tensor] = None,
+    out: Optional[tuple[torch.Tensor, torch.Tensor, torch.Tensor]] = None,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Rowwise block-scaled quantization of the row groups of `x [T, K]` in one launch, with
+    swizzled scales laid out per group (what grouped block-scaled GEMMs read).
+
+    `group_offsets` is an int32 tensor `[G]` (1 <= G <= MAX_GROUPS) on x's device of cumulative
+    group ends: group g is rows `[group_offsets[g-1], group_offsets[g])` (0 before the first), so
+    the values are non-decreasing, >= 0, and the last is T; groups may be empty.
+
+    Returns `(data, scale, scale_offsets)`. data `[T, K*bits/8]` equals `quantize(x)`'s. scale is
+    `[R, roundup(K/B,4)]` with `R = 128 * floor((T + 127*G) / 128)`: group g's rows hold the 128x4
+    swizzled layout of that group's scales starting at row `scale_offsets[g]` (a multiple of 128,
+    the sum of the earlier groups' sizes each rounded up to 128); every other row is zero.
+    scale_offsets is int32 `[G]`, written by the same kernel. NVFP4 `global_scale`: None (1.0),
+    float32 `[1]`, or `[G]` (one per group). `out=(data, scale, scale_offsets)` writes into caller
+    buffers of exactly those shapes and dtypes (uint8 accepted for data and scale).
+
+    The values of group_offsets are checked with a host read (a device sync), except while a
+    CUDA graph is being captured: then they are not checked, and the kernel clamps them to
+    stay in bounds (`end[g] = clamp(max(group_offsets[0..g]), 0, T)`). Under torch.compile this
+    is the `kernelforge::quantize_grouped` op.
+    """
+    if torch.compiler.is_compiling():
+        from .library import traced_quantize_grouped
+
+        return traced_quantize_grouped(x, group_offsets, format, scale_mode, global_scale, out)
+    fmt, mode, data_dtype, scale_dtype = c.format_plan(format, "swizzled", scale_mode)
+    dtype = _check_input("x", x, "[T, K]", fmt)
+    t, k = x.shape
+    if k == 0:
+        raise ValueError(f"x: K = 0 (the last dimension) must be a positive multiple of the {fmt.name} "
+                         f"block size B = {fmt.block}")
+    if x.stride(1) != 1:
+        raise ValueError(f"x: the last dimension must be contiguous (stride 1), got stride {x.stride(1)}")
+    device = x.device
+    groups = _check_offsets(group_offsets, device)
+    if global_scale is not None:
+        c.check_global_scale(global_scale, fmt, device, groups, "group")
+    d_shape, s_shape = grouped_shapes(fmt, t, k, groups)
+    offsets_out = None
+    if out is not None:
+        if not (isinstance(out, (tuple, list)) and len(out) == 3):
+            raise TypeError(f"out: expected a (data, scale, scale_offsets) tuple of tensors, got {type(out).__name__}")
+        offsets_out = c._check_buffer("out[2] (scale_offsets)", out[2], (groups,), torch.int32, 4, device,
+                                      raw_bytes=False)
+    _check_offset_values(group_offsets, t)
+    data, scale = c.output_buffers(None if out is None else out[:2], device, d_shape, s_shape, data_dtype,
+                                   scale_dtype)
+    if offsets_out is None:
+        offsets_out = torch.empty(groups, dtype=torch.int32, device=device)
+    es = DTYPE_BYTES[dtype]
+    fn = c.kernel_for(OP, _coords(dtype, fmt, "offsets", "swizzled", mode), device.index, k, fmt.block,
+                      x.data_ptr(), x.stride(0) * es if t > 1 else k * es, t)
+    fn(x, group_offsets, data, scale, offsets_out, c.global_scale_arg(fmt, global_scale, device))
+    if out is None:
+        return data, scale, offsets_out
+    return out[0], out[1], out[2]
+
+
+def _coords(dtype: str, fmt: Format, grouping: str, layout: str, mode: str) -> tuple[tuple[str, str], ...]:
+    """The dispatch coordinates, sorted by axis (what `kernel_for` takes)."""
+    return (("dtype", dtype), ("format", fmt.name), ("grouping", grouping), ("layout", layout),
+            ("scale_mode", mode))
+
+
+def _check_input(name: str, t: object, dims: str, fmt: Format) -> str:
+    """Check the input tensor's type, dtype, rank and K; return its dtype name."""
+    if not isinstance(t, torch.Tensor):
+        raise TypeError(f"{name}: expected a torch.Tensor, got {type(t).__name__}")
+    dtype = c.DTYPES.get(t.dtype)
+    if dtype is None:
+        raise ValueError(f"{name}: expected dtype bfloat16, float16 or float32, got {t.dtype}")
+    rank = dims.count(",") + 1
+    if t.dim() != rank:
+        raise ValueError(f"{name}: expected a {rank}-D tensor {dims}, got shape {list(t.shape)}")
+    k = t.shape[-1]
+    if k % fmt.block:
+        raise ValueError(f"{name}: K = {k} (the last dimension) must be a multiple of the {fmt.name} "
+                         f"block size B = {fmt.block}")
+    return dtype
+
+
+def _check_offsets(offsets: object, device: torch.device) -> int:
+    """Check group_offsets' type, dtype, shape, layout and device; return the group count G."""
+    if not isinstance(offsets, torch.Tensor):
+        raise TypeError(f"group_offsets: expected a 1-D int32 tensor [G] of cumulative group ends, "
+                        f"got {type(offsets).__name__}")
+    if offsets.dtype != torch.int32:
+        raise ValueError(f"group_offsets: expected dtype torch.int32, got {offsets.dtype}")
+    if offsets.dim() != 1:
+        raise ValueError(f"group_offsets: expected a 1-D tensor [G], got shape {list(offsets.shape)}")
+    groups = offsets.shape[0]
+    if not 1 <= groups <= MAX_GROUPS:
+        raise ValueError(f"group_offsets: expected 1 to {MAX_GROUPS} groups, got G = {groups}")
+    if groups > 1 and offsets.stride(0) != 1:
+        raise ValueError("group_offsets: expected a contiguous tensor")
+    if offsets.device != device:
+        raise ValueError(f"group_offsets: expected a tensor on {device} (the device of x), got {offsets.device}")
+    return groups
+
+
+def _check_offset_values(offsets: torch.Tensor, t: int) -> None:
+    """Check that group_offsets are non-decreasing, >= 0 and end at T (a host read), unless a
+    CUDA graph is being captured on the current stream (a read there would break the capture)."""
+    if offsets.device.type == "cuda" and torch.cuda.is_current_stream_capturing():
+        return
+    prev = 0
+    for g, end in enumerate(offsets.tolist()):
+        if end < prev:
+            what = "must be >= 0" if g == 0 else f"is less than group_offsets[{g - 1}] = {prev}"
+            raise ValueError(f"group_offsets: expected non-decreasing cumulative group ends; "
+                             f"group_offsets[{g}] = {end} {what}")
+        prev = end
+    if prev != t:
+        raise ValueError(f"group_offsets: the last value must be T = {t} (the rows of x), got {prev}")

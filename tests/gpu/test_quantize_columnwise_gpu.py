@@ -1,0 +1,223 @@
+"""Columnwise and dual quantization and NVFP4 with the random Hadamard transform, on the GPU.
+
+Columnwise output must equal rowwise quantization of x.T.contiguous() byte for byte; the dual
+kernel's rowwise output must equal plain rowwise quantization. Inputs are fresh random draws,
+caller buffers are poisoned, padding bytes are compared too. Shapes sit on both sides of the
+fused ("tile") variant's eligibility: M % 64 and K % (4 blocks) and 16-byte alignment.
+"""
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+import kernelforge
+from kernelforge.formats import FORMATS
+from kernelforge.ops import _common
+from kernelforge.ops.quantize_columnwise import hadamard_columns
+from kernelforge.ops.reference import rht_ref
+from kernelforge.ops.reference import quantize_ref
+
+sys.path.insert(0, str(Path(__file__).parent))
+from _fused_helpers import Tally, compare_fused  # noqa: E402
+from _quant_helpers import assert_matches, random_input  # noqa: E402
+
+pytestmark = pytest.mark.gpu
+
+DTYPES = {"bfloat16": torch.bfloat16, "float16": torch.float16, "float32": torch.float32}
+COMBOS = [(f, m) for f in FORMATS for m in FORMATS[f].scale_modes]
+
+
+def _kw(fmt: str, mode: str, layout: str, g=None) -> dict:
+    kw = {"layout": layout}
+    if mode != "none":
+        kw["scale_mode"] = mode
+    if g is not None:
+        kw["global_scale"] = g
+    return kw
+
+
+def _g(fmt: str):
+    return kernelforge.nvfp4_global_scale(torch.randn(64, device="cuda") * 3) if FORMATS[fmt].has_global_scale else None
+
+
+def _shapes(b: int):
+    """(M, K): whole tiles; M off the 64-row tile; K off the 4-block tile; both; small; large."""
+    return [(64, 4 * b), (128, 8 * b), (b, 4 * b), (64 + b, 4 * b), (128, 5 * b), (3 * b, 3 * b),
+            (192, 7 * b), (4096, 32 * b)]
+
+
+def _check_dual(x: torch.Tensor, fmt: str, mode: str, layout: str, g, rowwise: bool, out=None, what=""):
+    res = kernelforge.quantize(x, fmt, rowwise=rowwise, columnwise=True, out=out, **_kw(fmt, mode, layout, g))
+    torch.cuda.synchronize()
+    assert len(res) == (4 if rowwise else 2)
+    x2 = x.reshape(-1, x.shape[-1])
+    if rowwise:
+        assert_matches(res[0], res[1], x2, fmt, mode, layout, g, f"{what} rowwise")
+    assert_matches(res[-2], res[-1], x2.t().contiguous(), fmt, mode, layout, g, f"{what} columnwise")
+    return res
+
+
+@pytest.mark.parametrize("rowwise", [False, True], ids=["columnwise", "dual"])
+@pytest.mark.parametrize("layout", ["linear", "swizzled"])
+@pytest.mark.parametrize("dtype", list(DTYPES))
+@pytest.mark.parametrize("fmt,mode", COMBOS)
+def test_every_variant_against_reference(fmt, mode, dtype, layout, rowwise):
+    b = FORMATS[fmt].block
+    g = _g(fmt)
+    for m, k in _shapes(b):
+        x = random_input(m, k, DTYPES[dtype])
+        _check_dual(x, fmt, mode, layout, g, rowwise, what=f"{m}x{k}")
+
+
+@pytest.mark.parametrize("fmt,mode", COMBOS)
+def test_eligibility_boundaries_pick_tile_or_edge(fmt, mode):
+    """Both classes are used where expected, and both give the reference bytes."""
+    b = FORMATS[fmt].block
+    table = _common.dispatch_table()
+    cap = torch.cuda.get_device_capability()
+    coords = {"format": fmt, "scale_mode": mode, "layout": "swizzled", "dtype": "bfloat16",
+              "outputs": "dual", "transform": "none"}
+    for m, k, want in ((64, 4 * b, "tile"), (128, 8 * b, "tile"), (64 - b, 4 * b, "edge"), (64 + b, 4 * b, "edge"),
+                       (64, 3 * b, "edge"), (64, 5 * b, "edge"), (128, 4 * b + b, "edge")):
+        _, cand = table.resolve("quantize_columnwise", coords, cap, k, b, 256, k * 2, m)
+        assert cand.kclass.name == want, (m, k)
+        _check_dual(random_input(m, k, torch.bfloat16), fmt, mode, "swizzled", _g(fmt), True, what=f"{m}x{k}")
+    # A row-strided view (16-byte aligned rows) and a misaligned one.
+    base = random_input(129, 8 * b + 8, torch.bfloat16)
+    for x in (base[:128, : 8 * b], base[:128, 8: 8 * b + 8]):
+        _check_dual(x, fmt, mode, "swizzled", _g(fmt), True, what="view")
+
+
+@pytest.mark.parametrize("fmt,mode", COMBOS)
+def test_columnwise_only_allows_any_k(fmt, mode):
+    """Columnwise quantization blocks along M: K need not be a multiple of B."""
+    b = FORMATS[fmt].block
+    for k in (1, 7, b + 3, 130):
+        _check_dual(random_input(2 * b, k, torch.bfloat16), fmt, mode, "swizzled", _g(fmt), False, what=f"K={k}")
+    with pytest.raises(ValueError, match="K = 7"):
+        kernelforge.quantize(random_input(2 * b, 7, torch.bfloat16), fmt, columnwise=True, **_kw(fmt, mode, "linear"))
+
+
+@pytest.mark.parametrize("fmt,mode", COMBOS)
+def test_special_values_and_poisoned_outputs(fmt, mode, poison):
+    f = FORMATS[fmt]
+    b = f.block
+    m, k = 128, 8 * b
+    x = random_input(m, k, torch.float32)
+    x[:b, 0] = 0.0
+    x[3, 5] = float("nan")
+    x[b + 1, 2 * b] = float("inf")
+    x[70, :] = 1e-42
+    x[:, 7] = torch.tensor([0.25, 0.75, 2.5, 5.0, -0.25, -1e-9, 448.0, -0.0] * (m // 8), device="cuda")
+    d_dt, s_dt = getattr(torch, f.data_dtype), getattr(torch, f.scale_dtype)
+    for dtype in DTYPES.values():
+        xd = x.to(dtype)
+        out = (poison(torch.empty(m, k * f.element_bits // 8, dtype=torch.uint8, device="cuda")),
+               poison(torch.empty(128, 8, dtype=torch.uint8, device="cuda")).view(s_dt),
+               poison(torch.empty(k, m * f.element_bits // 8, dtype=d_dt, device="cuda")),
+               poison(torch.empty(-(-k // 128) * 128, max(4, m // b), dtype=s_dt, device="cuda")))
+        res = _check_dual(xd, fmt, mode, "swizzled", _g(fmt), True, out=out, what=str(dtype))
+        assert all(r is o for r, o in zip(res, out))
+
+
+def test_3d_input_empty_and_errors():
+    x3 = random_input(96, 256, torch.bfloat16).reshape(3, 32, 256)
+    d, s, dt, st = _check_dual(x3, "mxfp8", "floor", "linear", None, True)
+    assert d.shape == (3, 32, 256) and dt.shape == (256, 96) and st.shape == (256, 3)
+    dt, st = kernelforge.quantize(torch.empty(0, 64, device="cuda", dtype=torch.bfloat16), "nvfp4",
+                                  rowwise=False, columnwise=True, layout="swizzled")
+    assert dt.shape == (64, 0) and st.shape == (128, 0)
+    with pytest.raises(ValueError, match="M = 48"):
+        kernelforge.quantize(random_input(48, 64, torch.bfloat16), "mxfp8", columnwise=True)
+    with pytest.raises(TypeError, match="out"):
+        kernelforge.quantize(random_input(64, 64, torch.bfloat16), "mxfp8", columnwise=True, out=(d, s))
+
+
+def test_non_default_stream_and_cuda_graph():
+    x = random_input(4096, 4096, torch.bfloat16)
+    g = kernelforge.nvfp4_global_scale(x)
+    res = kernelforge.quantize(x, "nvfp4", columnwise=True, global_scale=g, layout="swizzled")  # loads the module
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s):
+        torch.cuda._sleep(20_000_000)
+        res = kernelforge.quantize(x, "nvfp4", columnwise=True, global_scale=g, layout="swizzled", out=res)
+        ev = torch.cuda.Event()
+        ev.record(s)
+    assert not ev.query(), "the stream finished too early to prove ordering"
+    ev.synchronize()
+    assert_matches(res[2], res[3], x.t().contiguous(), "nvfp4", "none", "swizzled", g)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        kernelforge.quantize(x, "nvfp4", columnwise=True, global_scale=g, layout="swizzled", out=res)
+    for _ in range(2):
+        x.copy_(random_input(4096, 4096, torch.bfloat16))
+        g.copy_(kernelforge.nvfp4_global_scale(x))
+        for r in res:
+            r.view(torch.uint8).fill_(0xA5)
+        graph.replay()
+        torch.cuda.synchronize()
+        assert_matches(res[0], res[1], x, "nvfp4", "none", "swizzled", g)
+        assert_matches(res[2], res[3], x.t().contiguous(), "nvfp4", "none", "swizzled", g)
+
+
+# ---- NVFP4 with the random Hadamard transform ----
+
+RHT_SHAPES = [(64, 64), (128, 256), (64, 80), (80, 64), (16, 16), (48, 144), (2048, 1024)]
+
+
+@pytest.mark.parametrize("layout", ["linear", "swizzled"])
+@pytest.mark.parametrize("rowwise", [False, True], ids=["columnwise", "both"])
+def test_rht_matches_unfused_bytes_and_reference(layout, rowwise, poison):
+    """The fused kernel equals quantize(rht(x)) of the torch butterfly bit for bit (same fp32
+    operations), and the fp64 reference of NUMERICS.md within its tolerance."""
+    tally = Tally()
+    for m, n in RHT_SHAPES:
+        x = random_input(m, n, torch.bfloat16)
+        g_row = kernelforge.nvfp4_global_scale(x)
+        g_col = kernelforge.rht_global_scale(x)
+        res = kernelforge.quantize_nvfp4_rht(x, global_scale_row=g_row if rowwise else None, global_scale_col=g_col,
+                                             rowwise=rowwise, layout=layout)
+        torch.cuda.synchronize()
+        assert len(res) == (4 if rowwise else 2)
+        if rowwise:
+            assert_matches(res[0], res[1], x, "nvfp4", "none", layout, g_row, f"{m}x{n} rowwise")
+        y = hadamard_columns(x)
+        assert_matches(res[-2], res[-1], y, "nvfp4", "none", layout, g_col, f"{m}x{n} rht")
+        rd, rs = quantize_ref(rht_ref(x.cpu()), "nvfp4", layout=layout, global_scale=g_col.cpu())
+        compare_fused(res[-2].cpu(), res[-1].cpu(), rd, rs, "nvfp4", layout, n, m,
+                      torch.ones(n, dtype=torch.bool), f"{m}x{n}", tally)
+    tally.check()
+
+
+def test_rht_tile_and_edge_bytes_agree_and_errors():
+    x = random_input(256, 256, torch.bfloat16)
+    full = kernelforge.quantize_nvfp4_rht(x)
+    # A misaligned copy of the same values runs the fallback ("edge") variant.
+    base = torch.empty(256 * 256 + 8, dtype=torch.bfloat16, device="cuda")
+    xm = base[1:1 + 256 * 256].view(256, 256)
+    xm.copy_(x)
+    edge = kernelforge.quantize_nvfp4_rht(xm)
+    for a, b in zip(full, edge):
+        assert torch.equal(a.view(torch.uint8), b.view(torch.uint8))
+    for mask in (0, 0xFFFF, 0x1234):
+        d, s = kernelforge.quantize_nvfp4_rht(x, sign_mask=mask, rowwise=False)
+        assert_matches(d, s, hadamard_columns(x, mask), "nvfp4", "none", "swizzled", None, f"mask {mask:#x}")
+    with pytest.raises(ValueError, match="multiples of 16"):
+        kernelforge.quantize_nvfp4_rht(random_input(40, 64, torch.bfloat16))
+    with pytest.raises(ValueError, match="dtype"):
+        kernelforge.quantize_nvfp4_rht(x.half())
+    with pytest.raises(ValueError, match="sign_mask"):
+        kernelforge.quantize_nvfp4_rht(x, sign_mask=1 << 16)
+
+
+def test_rht_global_scale_helper():
+    x = random_input(256, 128, torch.bfloat16)
+    g = kernelforge.rht_global_scale(x)
+    amax = rht_ref(x.cpu()).float().abs().max().item()
+    assert g.shape == (1,) and g.dtype == torch.float32
+    assert g.item() == pytest.approx(448 * 6 / amax, rel=1e-2)
+    assert kernelforge.rht_global_scale(torch.zeros(32, 32, dtype=torch.bfloat16, device="cuda")).item() == 1.0
