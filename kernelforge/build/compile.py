@@ -16,7 +16,7 @@ from cutlass.cute.runtime import make_fake_compact_tensor, make_fake_stream, mak
 from ..formats import DTYPE_BYTES, Format, get_format
 from ..kernels.quantize import QuantizeConfig, QuantizeKernel
 from ..kernels.quantize_grouped import QuantizeGroupedConfig, QuantizeGroupedKernel
-from ..kernels.quantize_tiled import TiledQuantizeConfig, TiledQuantizeKernel
+from ..kernels.quantize_tiled import TILE_K, TiledQuantizeConfig, TiledQuantizeKernel
 from ..kernels.rmsnorm_quantize import RMSNormQuantizeConfig, RMSNormQuantizeKernel
 from .toolchain import COMPILE_OPTIONS
 
@@ -116,13 +116,13 @@ def _quantize_columnwise_args(v: Any) -> tuple[object, list[object]]:
         s = _scales(v, fmt, m)
     mq = cute.sym_int32(divisibility=out_bytes * (m_div // fmt.block), symbol="MQ")
     qt = make_fake_compact_tensor(DTYPES[fmt.data_dtype], (k, mq), stride_order=(1, 0),
-                                  assumed_align=min(16, out_bytes))
+                                  assumed_align=16 if kc.m_multiple else min(16, out_bytes))
     st = _scales(v, fmt, k)
     g = [make_fake_compact_tensor(cutlass.Float32, (1,), assumed_align=4) if fmt.has_global_scale else None
          for _ in range(2)]
     kernel = TiledQuantizeKernel(TiledQuantizeConfig(
         fmt=fmt, layout=v.layout, scale_mode=v.scale_mode, rowwise=dual, rht=v.transform == "rht",
-        exact_tiles=kc.m_multiple > 0 and kc.k_multiple_blocks >= 4 and kc.vector_bytes == 16))
+        exact_tiles=kc.m_multiple > 0 and fmt.block * kc.k_multiple_blocks % TILE_K == 0 and kc.vector_bytes == 16))
     return kernel, [x, q, s, qt, st, *g, cutlass.Int32(0), make_fake_stream(use_tvm_ffi_env_stream=True)]
 
 

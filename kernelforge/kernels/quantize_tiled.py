@@ -1,7 +1,7 @@
 """Columnwise and dual (rowwise + columnwise) block-scaled quantization, optionally with the
 random Hadamard transform (RHT) on the columnwise side, as one CuTe-DSL kernel class.
 
-A CTA owns a tile of TILE_M rows x 4 scale blocks of columns. Each thread loads whole row
+A CTA owns a tile of TILE_M rows x TILE_K columns. Each thread loads whole row
 blocks (B consecutive elements of a row, 16-byte vectors), quantizes them rowwise when asked,
 and parks them in shared memory; after one barrier each thread takes two adjacent columns of
 the tile, gathers B consecutive rows of each from shared memory (one 32-bit word per row holds
@@ -26,6 +26,7 @@ from . import convert as cv
 from .blockscale import BlockQuantizer, byte_views, scale_grid, scale_offset, widen
 
 TILE_M = 64  # rows per tile: whole column blocks of every format (B = 16 or 32)
+TILE_K = 128  # columns per tile: whole 128x4 swizzle column groups (4 MX / 8 NVFP4 blocks)
 THREADS = 128
 SMEM_PAD_BYTES = 16  # per tile row: 16-byte row stores from neighbouring rows hit other banks
 RHT_SIZE = 16  # the Hadamard transform runs over 16 consecutive rows (one NVFP4 block)
@@ -50,11 +51,13 @@ class TiledQuantizeKernel:
         self.cfg = cfg
         self.q = BlockQuantizer(cfg.fmt, cfg.scale_mode)
         self.block = cfg.fmt.block
-        self.tile_k = 4 * self.block  # 4 scale blocks: one swizzle column group
+        self.tile_k = TILE_K
+        self.row_blocks = TILE_K // self.block  # scale blocks per tile row
         self.pairs = self.tile_k // 2  # column pairs of a tile
-        self.row_jobs = TILE_M * 4 // THREADS  # row blocks per thread
+        self.row_jobs = TILE_M * self.row_blocks // THREADS  # row blocks per thread
         self.col_jobs = TILE_M // self.block * self.pairs // THREADS  # column-pair blocks per thread
         self.swizzled = cfg.layout == "swizzled"
+        self.row_bytes = TILE_M * cfg.fmt.element_bits // 8  # columnwise bytes of one column of a tile
 
     @cute.jit
     def __call__(
@@ -73,7 +76,7 @@ class TiledQuantizeKernel:
             mQ, mS = byte_views(mQ, mS)
         mQt, mSt = byte_views(mQt, mSt)
         m_ext = mX.shape[0]
-        if cutlass.const_expr(self.swizzled and (self.cfg.rowwise or self.block * 4 == 128)):
+        if cutlass.const_expr(self.swizzled and (self.cfg.rowwise or self.block == 32)):
             m_ext = (mX.shape[0] + 127) // 128 * 128  # rowwise rows / columnwise scale columns padded
         k_ext = mX.shape[1]
         if cutlass.const_expr(self.swizzled):
@@ -82,6 +85,8 @@ class TiledQuantizeKernel:
         # CTAs then write consecutive bytes of the same transposed rows.
         grid = [(m_ext + (TILE_M - 1)) // TILE_M, (k_ext + (self.tile_k - 1)) // self.tile_k, 1]
         smem = TILE_M * self.pitch(mX.element_type) * (mX.element_type.width // 8)
+        if cutlass.const_expr(self.cfg.exact_tiles):
+            smem += self.tile_k * (self.row_bytes + SMEM_PAD_BYTES) + 16  # + alignment slack
         self.kernel(mX, mQ, mS, mQt, mSt, mG, mGt, sign_mask).launch(
             grid=grid, block=[THREADS, 1, 1], smem=smem, stream=stream
         )
@@ -104,19 +109,16 @@ class TiledQuantizeKernel:
         smem = cutlass.utils.SmemAllocator()
         sT = smem.allocate_tensor(dtype, cute.make_layout((TILE_M, self.tile_k), stride=(self.pitch(dtype), 1)), 16)
 
-        # Phase 1: row blocks -> registers (-> rowwise output) -> shared memory.
+        # Phase 1: every row block of the thread is loaded before any is used (bytes in flight),
+        # parked in shared memory, then quantized rowwise from registers.
         gX = cute.zipped_divide(mX, (1, B))  # ((1, B), (M, K/B))
         sX = cute.zipped_divide(sT, (1, B))
-        enc_g, inv_g = self.q.global_factors(mG)
-        if cutlass.const_expr(self.cfg.rowwise):
-            rows_r, cols_r = scale_grid(m_rows, k_cols // B, self.swizzled)
-            gQ = cute.zipped_divide(mQ, (1, self.q.out_bytes))
+        raws = []
+        fulls = []
         for j in cutlass.range_constexpr(self.row_jobs):
             job = j * THREADS + tidx
-            lr = job // 4
-            lb = job % 4
-            r = m0 + lr
-            kb = k0 // B + lb
+            r = m0 + job // self.row_blocks
+            kb = k0 // B + job % self.row_blocks
             raw = cute.make_rmem_tensor(B, dtype)
             full = r < m_rows and (kb + 1) * B <= k_cols
             if full:
@@ -128,20 +130,39 @@ class TiledQuantizeKernel:
                         for i in cutlass.range_constexpr(B):
                             if kb * B + i < k_cols:
                                 raw[i] = mX[r, kb * B + i]
-            cute.autovec_copy(raw, sX[(0, None), (lr, lb)])
-            if cutlass.const_expr(self.cfg.rowwise):
+            raws.append(raw)
+            fulls.append(full)
+        for j in cutlass.range_constexpr(self.row_jobs):
+            job = j * THREADS + tidx
+            cute.autovec_copy(raws[j], sX[(0, None), (job // self.row_blocks, job % self.row_blocks)])
+        if cutlass.const_expr(self.cfg.rowwise):
+            enc_g, inv_g = self.q.global_factors(mG)
+            rows_r, cols_r = scale_grid(m_rows, k_cols // B, self.swizzled)
+            gQ = cute.zipped_divide(mQ, (1, self.q.out_bytes))
+            for j in cutlass.range_constexpr(self.row_jobs):
+                job = j * THREADS + tidx
+                r = m0 + job // self.row_blocks
+                kb = k0 // B + job % self.row_blocks
                 if r < rows_r and kb < cols_r:
                     s_off = scale_offset(r, kb, cols_r, self.swizzled)
-                    if full:
-                        mS[s_off] = Uint8(self.quantize(raw, gQ[(0, None), (r, kb)], enc_g, inv_g))
+                    if fulls[j]:
+                        mS[s_off] = Uint8(self.quantize(raws[j], gQ[(0, None), (r, kb)], enc_g, inv_g))
                     else:
                         mS[s_off] = Uint8(0)  # swizzle padding is always written as zero
         cute.arch.sync_threads()
 
-        # Phase 2: column pairs of B rows from shared memory -> columnwise output.
+        # Phase 2: column pairs of B rows from shared memory -> columnwise output. Whole tiles
+        # stage the transposed data in shared memory and store it in 16-byte row segments
+        # afterwards: a block of a column is only 8-32 bytes, and neighbouring threads' blocks
+        # lie in different rows of the output.
         m_blocks = m_rows // B
         rows_c, cols_c = scale_grid(k_cols, m_blocks, self.swizzled)
-        gQt = cute.zipped_divide(mQt, (1, self.q.out_bytes))
+        ob = self.q.out_bytes
+        gQt = cute.zipped_divide(mQt, (1, ob))
+        if cutlass.const_expr(self.cfg.exact_tiles):
+            sQ = smem.allocate_tensor(Uint8, cute.make_layout((self.tile_k, self.row_bytes),
+                                                              stride=(self.row_bytes + SMEM_PAD_BYTES, 1)), 16)
+            sQb = cute.zipped_divide(sQ, (1, ob))
         enc_t, inv_t = self.q.global_factors(mGt)
         for j in cutlass.range_constexpr(self.col_jobs):
             job = j * THREADS + tidx
@@ -157,9 +178,25 @@ class TiledQuantizeKernel:
                         v = cols[c]
                         if cutlass.const_expr(self.cfg.rht):
                             v = self.hadamard(v, sign_mask)
-                        mSt[s_off] = Uint8(self.quantize(v, gQt[(0, None), (n, mb)], enc_t, inv_t))
+                        if cutlass.const_expr(self.cfg.exact_tiles):
+                            dst = sQb[(0, None), (2 * p + c, rb)]
+                        else:
+                            dst = gQt[(0, None), (n, mb)]
+                        mSt[s_off] = Uint8(self.quantize(v, dst, enc_t, inv_t))
                     else:
                         mSt[s_off] = Uint8(0)
+        if cutlass.const_expr(self.cfg.exact_tiles):
+            cute.arch.sync_threads()
+            segs = self.row_bytes // 16
+            gQs = cute.zipped_divide(mQt, (1, 16))
+            sQs = cute.zipped_divide(sQ, (1, 16))
+            for j in cutlass.range_constexpr(self.tile_k * segs // THREADS):
+                idx = j * THREADS + tidx
+                nl = idx // segs
+                if k0 + nl < k_cols and m0 < m_rows:  # tiles of the swizzle padding store nothing
+                    seg = cute.make_rmem_tensor(16, Uint8)
+                    cute.autovec_copy(sQs[(0, None), (nl, idx % segs)], seg)
+                    cute.autovec_copy(seg, gQs[(0, None), (k0 + nl, tm * segs + idx % segs)])
 
     @cute.jit
     def quantize(self, v: cute.Tensor, dst: cute.Tensor, enc_g: Float32, inv_g: Float32) -> Uint32:
