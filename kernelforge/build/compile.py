@@ -16,7 +16,7 @@ from cutlass.cute.runtime import make_fake_compact_tensor, make_fake_stream, mak
 from ..formats import DTYPE_BYTES, Format, get_format
 from ..kernels.quantize import QuantizeConfig, QuantizeKernel
 from ..kernels.quantize_grouped import QuantizeGroupedConfig, QuantizeGroupedKernel
-from ..kernels.quantize_tiled import TILE_K, TiledQuantizeConfig, TiledQuantizeKernel
+from ..kernels.quantize_tiled import TILE_BLOCKS, TiledQuantizeConfig, TiledQuantizeKernel
 from ..kernels.rmsnorm_quantize import RMSNormQuantizeConfig, RMSNormQuantizeKernel
 from .toolchain import COMPILE_OPTIONS
 
@@ -122,7 +122,7 @@ def _quantize_columnwise_args(v: Any) -> tuple[object, list[object]]:
          for _ in range(2)]
     kernel = TiledQuantizeKernel(TiledQuantizeConfig(
         fmt=fmt, layout=v.layout, scale_mode=v.scale_mode, rowwise=dual, rht=v.transform == "rht",
-        exact_tiles=kc.m_multiple > 0 and fmt.block * kc.k_multiple_blocks % TILE_K == 0 and kc.vector_bytes == 16))
+        exact_tiles=kc.m_multiple > 0 and kc.k_multiple_blocks % TILE_BLOCKS == 0 and kc.vector_bytes == 16))
     return kernel, [x, q, s, qt, st, *g, cutlass.Int32(0), make_fake_stream(use_tvm_ffi_env_stream=True)]
 
 

@@ -9,16 +9,17 @@ Two groupings share the kernel:
   earlier groups' sizes each rounded up to 128, and every row that belongs to no group (the
   padding up to 128 of each group, and all rows after the last group) is zero.
 
-As in `QuantizeKernel`, one thread owns one scale byte of the padded scale matrix: it either
-quantizes its block through the shared `BlockQuantizer` (so the bytes equal plain `quantize`)
-or writes the zero padding byte. Scale row r of expert e is global row `e * rows + r`, and group
+As in `QuantizeKernel`, threads are laid over the padded scale matrix, one scale byte each
+(`offsets`: one at a time, see below): a thread either quantizes that byte's block through the
+shared `BlockQuantizer` (so the bytes equal plain `quantize`) or writes the zero padding byte. Scale row r of expert e is global row `e * rows + r`, and group
 g's block starts at a multiple of 128, so in both groupings the byte offset is the plain
 `scale_offset` of the global scale row; only the mapping from a scale row to an input row
 differs.
 
-For `offsets` the first warp of every CTA turns the offsets into per-group row ranges and
-padded block starts in shared memory (two warp scans over chunks of groups; CTA 0 also writes
-`scale_offsets`), and each thread finds its group by binary search over the starts. Offsets
+For `offsets` at most `MAX_CTAS` CTAs loop over the scale matrix. Each first stages the offsets
+in shared memory, its first warp turns them into per-group row ranges and padded block starts
+(two warp scans over chunks of groups; CTA 0 also writes `scale_offsets`), and each thread then
+finds the group of each of its scale rows by binary search over the starts. Offsets
 are made safe before use, whatever their values: `end[g] = clamp(max(offsets[0..g]), 0, T)`
 (monotonic, within x), and at most `MAX_GROUPS` groups are read; for valid offsets this is
 the identity.
@@ -36,6 +37,17 @@ from .blockscale import BlockQuantizer, byte_views, scale_grid, scale_offset, wi
 MAX_GROUPS = 1024  # groups of one `offsets` call (shared-memory tables of MAX_GROUPS + 1 entries)
 SEARCH_STEPS = MAX_GROUPS.bit_length() - 1  # binary-search steps over MAX_GROUPS starts
 WARP = 32
+TABLE = MAX_GROUPS + MAX_GROUPS // WARP + 1  # skewed entries 0..MAX_GROUPS
+# `offsets` CTAs loop over the scale matrix (grid-stride) so that each builds its group table
+# once for many scale bytes: about two waves of 128-thread CTAs on an H100 or B200.
+MAX_CTAS = 2048
+
+
+@cute.jit
+def skew(g: Int32) -> Int32:
+    """Shared-memory slot of table entry g: one pad word per 32 entries, so that the 32 lanes
+    walking their chunks of consecutive entries hit 32 different banks."""
+    return g + g // WARP
 
 
 @dataclass(frozen=True)
@@ -82,8 +94,10 @@ class QuantizeGroupedKernel:
             n_rows = total_rows
         mQ, mS = byte_views(mQ, mS)
         threads = self.cfg.threads
-        # At least one CTA: with no scale byte at all, `offsets` still writes scale_offsets.
-        grid = cutlass.max((total_rows * n_cols + (threads - 1)) // threads, 1)
+        grid = (total_rows * n_cols + (threads - 1)) // threads
+        if cutlass.const_expr(not self.experts):
+            # At least one CTA (with no scale byte at all it still writes scale_offsets), at most MAX_CTAS.
+            grid = cutlass.min(cutlass.max(grid, 1), MAX_CTAS)
         self.kernel(mX, mOff, mQ, mS, mSO, mG, n_rows, total_rows, n_cols).launch(
             grid=[grid, 1, 1], block=[threads, 1, 1], stream=stream
         )
@@ -121,82 +135,88 @@ class QuantizeGroupedKernel:
     def offset_slots(self, mX: cute.Tensor, mOff: cute.Tensor, mQ: cute.Tensor, mS: cute.Tensor,
                      mSO: cute.Tensor, mG: cute.Tensor, total_rows: Int32, n_cols: Int32,
                      tidx: Int32, bidx: Int32):
-        """Scale byte `slot` of the grouped scale matrix: quantize, or zero where no row is."""
+        """Every scale byte of the grouped scale matrix, grid-stride: quantize, or zero where no row is."""
         smem = cutlass.utils.SmemAllocator()
-        ends = smem.allocate_tensor(Int32, cute.make_layout(MAX_GROUPS), 16)
-        starts = smem.allocate_tensor(Int32, cute.make_layout(MAX_GROUPS + 1), 16)
+        ends = smem.allocate_tensor(Int32, cute.make_layout(TABLE), 16)
+        starts = smem.allocate_tensor(Int32, cute.make_layout(TABLE), 16)
         n_groups = cutlass.min(mOff.shape[0], MAX_GROUPS)
         t_rows = mX.shape[0]
+        for i in cutlass.range(tidx, n_groups, self.cfg.threads):
+            ends[skew(i)] = mOff[i]  # the raw offsets, coalesced; group_table clamps them in place
+        cute.arch.sync_threads()
         if tidx < WARP:
-            self.group_table(mOff, mSO, ends, starts, n_groups, t_rows, tidx, bidx)
+            self.group_table(mSO, ends, starts, n_groups, t_rows, tidx, bidx)
         cute.arch.sync_threads()
 
-        slot = bidx * self.cfg.threads + tidx
-        m = slot // n_cols
-        k = slot - m * n_cols
-        if m < total_rows:
+        total = starts[skew(n_groups)]
+        k_blocks = mX.shape[1] // self.block
+        gX = cute.zipped_divide(mX, (1, self.block))  # ((1, B), (T, K/B))
+        gQ = cute.zipped_divide(mQ, (1, self.q.out_bytes))
+        stride = cute.arch.grid_dim()[0] * self.cfg.threads
+        for slot in cutlass.range(bidx * self.cfg.threads + tidx, total_rows * n_cols, stride):
+            m = slot // n_cols
+            k = slot - m * n_cols
             s_off = scale_offset(m, k, n_cols, True)
             # The input row of scale row m (t_rows where m is padding), and its group.
             g = Int32(0)
             row = t_rows
-            if m < starts[n_groups]:
+            if m < total:
                 # Largest g with starts[g] <= m: the non-empty group whose block holds m.
-                for s in cutlass.range_constexpr(SEARCH_STEPS):
-                    nxt = g + (MAX_GROUPS >> (s + 1))
+                for step in cutlass.range_constexpr(SEARCH_STEPS):
+                    nxt = g + (MAX_GROUPS >> (step + 1))
                     if nxt < n_groups:
-                        if starts[nxt] <= m:
+                        if starts[skew(nxt)] <= m:
                             g = nxt
                 begin = Int32(0)
                 if g > 0:
-                    begin = ends[g - 1]
-                r = begin + (m - starts[g])
-                if r < ends[g]:
+                    begin = ends[skew(g - 1)]
+                r = begin + (m - starts[skew(g)])
+                if r < ends[skew(g)]:
                     row = r
-            if row < t_rows and k < mX.shape[1] // self.block:
-                gX = cute.zipped_divide(mX, (1, self.block))  # ((1, B), (T, K/B))
-                gQ = cute.zipped_divide(mQ, (1, self.q.out_bytes))
+            if row < t_rows and k < k_blocks:
                 mS[s_off] = self.quantize_block(gX[(0, None), (row, k)], gQ[(0, None), (row, k)], mG, g)
             else:
                 mS[s_off] = Uint8(0)
 
     @cute.jit
-    def group_table(self, mOff: cute.Tensor, mSO: cute.Tensor, ends: cute.Tensor, starts: cute.Tensor,
+    def group_table(self, mSO: cute.Tensor, ends: cute.Tensor, starts: cute.Tensor,
                     n_groups: Int32, t_rows: Int32, lane: Int32, bidx: Int32):
-        """One warp: `ends[g]` (clamped group ends) and `starts[g]` (first scale row of group g,
-        `starts[n_groups]` the total) in shared memory; CTA 0 also writes `mSO`.
+        """One warp turns the raw offsets in `ends` into the clamped group ends, and fills `starts`
+        (first scale row of group g; `starts[n_groups]` is the total); CTA 0 also writes `mSO`.
 
         Lane l handles the groups [l*c, (l+1)*c); a max-scan and then a sum-scan over the lanes'
-        chunk results give each lane what precedes its chunk.
+        chunk results give each lane what precedes its chunk. Each lane reads and writes only
+        its own chunk, so no synchronization is needed between the passes.
         """
         c = (n_groups + (WARP - 1)) // WARP
         first = lane * c
         chunk_max = Int32(0)
         for i in cutlass.range(c):
             if first + i < n_groups:
-                chunk_max = cutlass.max(chunk_max, mOff[first + i])
+                chunk_max = cutlass.max(chunk_max, ends[skew(first + i)])
         run = self.warp_exclusive(chunk_max, lane, True)  # max of the offsets before the chunk, >= 0
         chunk_begin = cutlass.min(run, t_rows)  # = ends[first - 1], the chunk's first row
         prev = chunk_begin
         chunk_rows = Int32(0)  # scale rows of the chunk's blocks
         for i in cutlass.range(c):
             if first + i < n_groups:
-                run = cutlass.max(run, mOff[first + i])
+                run = cutlass.max(run, ends[skew(first + i)])
                 end = cutlass.min(run, t_rows)
-                ends[first + i] = end
+                ends[skew(first + i)] = end
                 chunk_rows = chunk_rows + (end - prev + (SWIZZLE_ROWS - 1)) // SWIZZLE_ROWS * SWIZZLE_ROWS
                 prev = end
         start = self.warp_exclusive(chunk_rows, lane, False)
         prev = chunk_begin
         for i in cutlass.range(c):
             if first + i < n_groups:
-                starts[first + i] = start
+                starts[skew(first + i)] = start
                 if bidx == 0:
                     mSO[first + i] = start
-                end = ends[first + i]
+                end = ends[skew(first + i)]
                 start = start + (end - prev + (SWIZZLE_ROWS - 1)) // SWIZZLE_ROWS * SWIZZLE_ROWS
                 prev = end
         if lane == WARP - 1:
-            starts[n_groups] = start  # the last lane's chunk ends at the total
+            starts[skew(n_groups)] = start  # the last lane's chunk ends at the total
 
     @cute.jit
     def warp_exclusive(self, v: Int32, lane: Int32, take_max: cutlass.Constexpr[bool]) -> Int32:

@@ -1,7 +1,7 @@
 """Columnwise and dual (rowwise + columnwise) block-scaled quantization, optionally with the
 random Hadamard transform (RHT) on the columnwise side, as one CuTe-DSL kernel class.
 
-A CTA owns a tile of TILE_M rows x TILE_K columns. Each thread loads whole row
+A CTA owns a tile of TILE_M rows x TILE_BLOCKS scale blocks of columns. Each thread loads whole row
 blocks (B consecutive elements of a row, 16-byte vectors), quantizes them rowwise when asked,
 and parks them in shared memory; after one barrier each thread takes two adjacent columns of
 the tile, gathers B consecutive rows of each from shared memory (one 32-bit word per row holds
@@ -26,7 +26,8 @@ from . import convert as cv
 from .blockscale import BlockQuantizer, byte_views, scale_grid, scale_offset, widen
 
 TILE_M = 64  # rows per tile: whole column blocks of every format (B = 16 or 32)
-TILE_K = 128  # columns per tile: whole 128x4 swizzle column groups (4 MX / 8 NVFP4 blocks)
+TILE_BLOCKS = 4  # scale blocks per tile row: one swizzle column group (128 MX / 64 NVFP4 columns,
+# measured faster for NVFP4 on an H100 than 128 columns)
 THREADS = 128
 SMEM_PAD_BYTES = 16  # per tile row: 16-byte row stores from neighbouring rows hit other banks
 RHT_SIZE = 16  # the Hadamard transform runs over 16 consecutive rows (one NVFP4 block)
@@ -51,8 +52,8 @@ class TiledQuantizeKernel:
         self.cfg = cfg
         self.q = BlockQuantizer(cfg.fmt, cfg.scale_mode)
         self.block = cfg.fmt.block
-        self.tile_k = TILE_K
-        self.row_blocks = TILE_K // self.block  # scale blocks per tile row
+        self.row_blocks = TILE_BLOCKS
+        self.tile_k = TILE_BLOCKS * self.block
         self.pairs = self.tile_k // 2  # column pairs of a tile
         self.row_jobs = TILE_M * self.row_blocks // THREADS  # row blocks per thread
         self.col_jobs = TILE_M // self.block * self.pairs // THREADS  # column-pair blocks per thread
@@ -99,26 +100,34 @@ class TiledQuantizeKernel:
     def kernel(self, mX: cute.Tensor, mQ: cute.Tensor, mS: cute.Tensor, mQt: cute.Tensor,
                mSt: cute.Tensor, mG: cute.Tensor, mGt: cute.Tensor, sign_mask: Int32):
         tidx, _, _ = cute.arch.thread_idx()
-        tm, tk, _ = cute.arch.block_idx()
+        bidx, tk, _ = cute.arch.block_idx()
+        dtype = mX.element_type
+        smem = cutlass.utils.SmemAllocator()
+        sT = smem.allocate_tensor(dtype, cute.make_layout((TILE_M, self.tile_k), stride=(self.pitch(dtype), 1)), 16)
+        sQ = None
+        if cutlass.const_expr(self.cfg.exact_tiles):
+            sQ = smem.allocate_tensor(Uint8, cute.make_layout((self.tile_k, self.row_bytes),
+                                                              stride=(self.row_bytes + SMEM_PAD_BYTES, 1)), 16)
+        factors = (self.q.global_factors(mG), self.q.global_factors(mGt))
+        # One tile per CTA. (Four tiles per CTA with the next tile's loads issued before the
+        # current one is processed doubled the registers and ran slower on an H100: RESULTS.md.)
+        raws, fulls = self.load_tile(mX, bidx, tk, tidx)
+        self.process_tile(mX, mQ, mS, mQt, mSt, sT, sQ, factors, sign_mask, raws, fulls, bidx, tk, tidx)
+
+    @cute.jit
+    def load_tile(self, mX: cute.Tensor, tm: Int32, tk: Int32, tidx: Int32):
+        """The thread's row blocks of tile (tm, tk) in registers (zeros outside x), and which are whole."""
         B = self.block
         dtype = mX.element_type
         m_rows = mX.shape[0]
         k_cols = mX.shape[1]
-        m0 = tm * TILE_M
-        k0 = tk * self.tile_k
-        smem = cutlass.utils.SmemAllocator()
-        sT = smem.allocate_tensor(dtype, cute.make_layout((TILE_M, self.tile_k), stride=(self.pitch(dtype), 1)), 16)
-
-        # Phase 1: every row block of the thread is loaded before any is used (bytes in flight),
-        # parked in shared memory, then quantized rowwise from registers.
         gX = cute.zipped_divide(mX, (1, B))  # ((1, B), (M, K/B))
-        sX = cute.zipped_divide(sT, (1, B))
         raws = []
         fulls = []
         for j in cutlass.range_constexpr(self.row_jobs):
             job = j * THREADS + tidx
-            r = m0 + job // self.row_blocks
-            kb = k0 // B + job % self.row_blocks
+            r = tm * TILE_M + job // self.row_blocks
+            kb = tk * self.row_blocks + job % self.row_blocks
             raw = cute.make_rmem_tensor(B, dtype)
             full = r < m_rows and (kb + 1) * B <= k_cols
             if full:
@@ -132,11 +141,25 @@ class TiledQuantizeKernel:
                                 raw[i] = mX[r, kb * B + i]
             raws.append(raw)
             fulls.append(full)
+        return raws, fulls
+
+    @cute.jit
+    def process_tile(self, mX: cute.Tensor, mQ: cute.Tensor, mS: cute.Tensor, mQt: cute.Tensor, mSt: cute.Tensor,
+                     sT: cute.Tensor, sQ: cute.Tensor, factors, sign_mask: Int32, raws, fulls,
+                     tm: Int32, tk: Int32, tidx: Int32):
+        """Both outputs of one tile from the thread's loaded row blocks."""
+        B = self.block
+        m_rows = mX.shape[0]
+        k_cols = mX.shape[1]
+        m0 = tm * TILE_M
+        k0 = tk * self.tile_k
+        (enc_g, inv_g), (enc_t, inv_t) = factors
+        # Park the row blocks in shared memory, then quantize them rowwise from registers.
+        sX = cute.zipped_divide(sT, (1, B))
         for j in cutlass.range_constexpr(self.row_jobs):
             job = j * THREADS + tidx
             cute.autovec_copy(raws[j], sX[(0, None), (job // self.row_blocks, job % self.row_blocks)])
         if cutlass.const_expr(self.cfg.rowwise):
-            enc_g, inv_g = self.q.global_factors(mG)
             rows_r, cols_r = scale_grid(m_rows, k_cols // B, self.swizzled)
             gQ = cute.zipped_divide(mQ, (1, self.q.out_bytes))
             for j in cutlass.range_constexpr(self.row_jobs):
@@ -151,19 +174,16 @@ class TiledQuantizeKernel:
                         mS[s_off] = Uint8(0)  # swizzle padding is always written as zero
         cute.arch.sync_threads()
 
-        # Phase 2: column pairs of B rows from shared memory -> columnwise output. Whole tiles
-        # stage the transposed data in shared memory and store it in 16-byte row segments
-        # afterwards: a block of a column is only 8-32 bytes, and neighbouring threads' blocks
-        # lie in different rows of the output.
+        # Column pairs of B rows from shared memory -> columnwise output. Whole tiles stage the
+        # transposed data in shared memory and store it in 16-byte row segments afterwards: a
+        # block of a column is only 8-32 bytes, and neighbouring threads' blocks lie in
+        # different rows of the output.
         m_blocks = m_rows // B
         rows_c, cols_c = scale_grid(k_cols, m_blocks, self.swizzled)
         ob = self.q.out_bytes
         gQt = cute.zipped_divide(mQt, (1, ob))
         if cutlass.const_expr(self.cfg.exact_tiles):
-            sQ = smem.allocate_tensor(Uint8, cute.make_layout((self.tile_k, self.row_bytes),
-                                                              stride=(self.row_bytes + SMEM_PAD_BYTES, 1)), 16)
             sQb = cute.zipped_divide(sQ, (1, ob))
-        enc_t, inv_t = self.q.global_factors(mGt)
         for j in cutlass.range_constexpr(self.col_jobs):
             job = j * THREADS + tidx
             p = job % self.pairs

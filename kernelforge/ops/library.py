@@ -16,7 +16,7 @@ import torch
 from torch import Tensor
 
 from . import _common as c
-from . import quantize_grouped as _grouped
+from .quantize_grouped import experts_shapes, grouped_shapes, quantize_experts, quantize_grouped
 from .quantize import quantize as _quantize
 from .rmsnorm_quantize import _run as _rmsnorm_run
 
@@ -176,13 +176,13 @@ def traced_quantize_nvfp4_rht(x, global_scale_row, global_scale_col, sign_mask, 
 def quantize_experts_op(w: Tensor, format: str, layout: str = "swizzled", scale_mode: str = "floor",
                         global_scale: Optional[Tensor] = None) -> tuple[Tensor, Tensor]:
     """Per-expert rowwise quantization of a weight stack (see `kernelforge.quantize_experts`)."""
-    return _grouped.quantize_experts(w, format, layout=layout, scale_mode=scale_mode, global_scale=global_scale)
+    return quantize_experts(w, format, layout=layout, scale_mode=scale_mode, global_scale=global_scale)
 
 
 @quantize_experts_op.register_fake
 def _(w, format, layout="swizzled", scale_mode="floor", global_scale=None):
     fmt, _, data_dtype, scale_dtype = c.format_plan(format, layout, scale_mode)
-    d_shape, s_shape = _grouped.experts_shapes(fmt, *w.shape, layout)
+    d_shape, s_shape = experts_shapes(fmt, *w.shape, layout)
     return w.new_empty(d_shape, dtype=data_dtype), w.new_empty(s_shape, dtype=scale_dtype)
 
 
@@ -190,14 +190,14 @@ def _(w, format, layout="swizzled", scale_mode="floor", global_scale=None):
 def quantize_grouped_op(x: Tensor, group_offsets: Tensor, format: str, scale_mode: str = "floor",
                         global_scale: Optional[Tensor] = None) -> tuple[Tensor, Tensor, Tensor]:
     """Rowwise quantization of row groups with per-group swizzled scales (see `kernelforge.quantize_grouped`)."""
-    return _grouped.quantize_grouped(x, group_offsets, format, scale_mode=scale_mode, global_scale=global_scale)
+    return quantize_grouped(x, group_offsets, format, scale_mode=scale_mode, global_scale=global_scale)
 
 
 @quantize_grouped_op.register_fake
 def _(x, group_offsets, format, scale_mode="floor", global_scale=None):
     fmt, _, data_dtype, scale_dtype = c.format_plan(format, "swizzled", scale_mode)
     groups = group_offsets.shape[0]
-    d_shape, s_shape = _grouped.grouped_shapes(fmt, x.shape[0], x.shape[1], groups)
+    d_shape, s_shape = grouped_shapes(fmt, x.shape[0], x.shape[1], groups)
     return (x.new_empty(d_shape, dtype=data_dtype), x.new_empty(s_shape, dtype=scale_dtype),
             group_offsets.new_empty((groups,), dtype=torch.int32))
 

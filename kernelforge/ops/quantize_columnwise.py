@@ -12,7 +12,7 @@ from . import _common as c
 RHT_SIZE = 16
 RHT_SIGN_MASK = 0xD7E8  # NUMERICS.md's default
 MAX_K_TILES = 65535  # K tiles run on the grid's y dimension
-TILE_K = 128  # columns per tile of the kernels (kernels/quantize_tiled.py)
+TILE_BLOCKS = 4  # scale blocks per tile row of the kernels (kernels/quantize_tiled.py)
 
 
 def check_input(x: object, dtypes: tuple[torch.dtype, ...] = tuple(c.DTYPES)) -> str:
@@ -56,8 +56,8 @@ def run(x: torch.Tensor, fmt: Format, mode: str, layout: str, data_dtype: torch.
                          f"block size B = {b} for columnwise quantization")
     if k and x.stride(-1) != 1:
         raise ValueError(f"x: the last dimension must be contiguous (stride 1), got stride {x.stride(-1)}")
-    if -(-k // TILE_K) > MAX_K_TILES:
-        raise ValueError(f"x: K = {k} is too large for columnwise quantization (at most {MAX_K_TILES * TILE_K})")
+    if -(-k // (TILE_BLOCKS * b)) > MAX_K_TILES:
+        raise ValueError(f"x: K = {k} is too large for columnwise quantization (at most {MAX_K_TILES * TILE_BLOCKS * b})")
     for name, g in (("global_scale_row" if transform == "rht" else "global_scale", g_row),
                     ("global_scale_col", g_col)):
         if g is not None:
@@ -112,7 +112,7 @@ def quantize_nvfp4_rht(
     `global_scale_row` / `global_scale_col` are fp32 [1] CUDA tensors (None means 1.0; see
     `rht_global_scale` for the columnwise calibration). `sign_mask` is the 16-bit mask of
     negated rows of each 16-row group. M and N must be multiples of 16. Shapes with M % 64
-    or N % 128 non-zero (or unaligned rows) run the prebuilt fallback variant, with the same bytes.
+    or N % 64 non-zero (or unaligned rows) run the prebuilt fallback variant, with the same bytes.
     """
     if torch.compiler.is_compiling():
         from .library import traced_quantize_nvfp4_rht

@@ -12,6 +12,9 @@ from . import _common as c
 # Most groups of one quantize_grouped call: the kernel keeps a table of group starts in shared
 # memory (kernels/quantize_grouped.py's MAX_GROUPS; a test checks that they agree).
 MAX_GROUPS = 1024
+# Scale bytes per call: the kernels index them with 32-bit integers that run up to one grid
+# stride past the last one.
+MAX_SCALE_BYTES = c.MAX_BLOCKS - (1 << 20)
 OP = "quantize_grouped"
 
 
@@ -22,9 +25,9 @@ def experts_shapes(fmt: Format, e: int, n: int, k: int, layout: str) -> tuple[tu
         s_shape = (e, n, kb)
     else:
         s_shape = (e, round_up(n, SWIZZLE_ROWS), round_up(kb, SWIZZLE_COLS))
-    if s_shape[0] * s_shape[1] * s_shape[2] > c.MAX_BLOCKS:
+    if s_shape[0] * s_shape[1] * s_shape[2] > MAX_SCALE_BYTES:
         raise ValueError(f"w: {e} x {n} x {k} needs {s_shape[0] * s_shape[1] * s_shape[2]} scale bytes; "
-                         f"at most {c.MAX_BLOCKS} are supported per call")
+                         f"at most {MAX_SCALE_BYTES} are supported per call")
     return (e, n, k * fmt.element_bits // 8), s_shape
 
 
@@ -37,9 +40,9 @@ def grouped_rows(t: int, groups: int) -> int:
 def grouped_shapes(fmt: Format, t: int, k: int, groups: int) -> tuple[tuple, tuple]:
     """(data shape, scale shape) of quantize_grouped for x [t, k] split into `groups` groups."""
     s_shape = (grouped_rows(t, groups), round_up(k // fmt.block, SWIZZLE_COLS))
-    if s_shape[0] * s_shape[1] > c.MAX_BLOCKS:
+    if s_shape[0] * s_shape[1] > MAX_SCALE_BYTES:
         raise ValueError(f"x: {t} x {k} in {groups} groups needs {s_shape[0] * s_shape[1]} scale bytes; "
-                         f"at most {c.MAX_BLOCKS} are supported per call")
+                         f"at most {MAX_SCALE_BYTES} are supported per call")
     return (t, k * fmt.element_bits // 8), s_shape
 
 

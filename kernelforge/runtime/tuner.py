@@ -71,11 +71,18 @@ def make_calls(op: str, coords: dict[str, str], fn: Callable, m: int, k: int, l2
     g = torch.ones(1, dtype=torch.float32, device="cuda") if fmt.has_global_scale else None
     per_input = m * k * dtype.itemsize * (2 if coords.get("residual") == "add" else 1)
     n = max(1, min(32, math.ceil(4 * l2_bytes / per_input)))
+    # quantize_grouped: one expert / one group of m rows (its scale rows are then those of quantize).
+    ends = torch.tensor([m], dtype=torch.int32, device="cuda")
+    starts = torch.empty(1, dtype=torch.int32, device="cuda")
     calls = []
     for _ in range(n):
         x = torch.randn(m, k, device="cuda").to(dtype)
         if op == "quantize":
             calls.append(lambda x=x: fn(x, data, scale, g))
+        elif op == "quantize_grouped" and coords["grouping"] == "experts":
+            calls.append(lambda x=x: fn(x.view(1, m, k), None, data.view(1, *d_shape), scale.view(1, *s_shape), None, g))
+        elif op == "quantize_grouped":
+            calls.append(lambda x=x: fn(x, ends, data, scale, starts, g))
         else:
             w = torch.randn(k, device="cuda").to(dtype)
             r = torch.randn(m, k, device="cuda").to(dtype) if coords.get("residual") == "add" else None

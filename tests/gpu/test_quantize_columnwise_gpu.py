@@ -3,7 +3,7 @@
 Columnwise output must equal rowwise quantization of x.T.contiguous() byte for byte; the dual
 kernel's rowwise output must equal plain rowwise quantization. Inputs are fresh random draws,
 caller buffers are poisoned, padding bytes are compared too. Shapes sit on both sides of the
-fused ("tile") variant's eligibility: M % 64, K % 128 and 16-byte alignment.
+fused ("tile") variant's eligibility: M % 64, K % (4 blocks) and 16-byte alignment.
 """
 from __future__ import annotations
 
@@ -45,8 +45,8 @@ def _g(fmt: str):
 
 def _shapes(b: int):
     """(M, K): whole tiles; M off the 64-row tile; K off the 4-block tile; both; small; large."""
-    return [(64, 128), (128, 256), (b, 128), (64 + b, 128), (128, 128 + b), (3 * b, 3 * b),
-            (192, 7 * b), (128, 4 * b), (4096, 4096)]
+    return [(64, 4 * b), (128, 8 * b), (b, 4 * b), (64 + b, 4 * b), (128, 5 * b), (3 * b, 3 * b),
+            (192, 7 * b), (128, 128), (4096, 4096)]
 
 
 def _check_dual(x: torch.Tensor, fmt: str, mode: str, layout: str, g, rowwise: bool, out=None, what=""):
@@ -80,9 +80,8 @@ def test_eligibility_boundaries_pick_tile_or_edge(fmt, mode):
     cap = torch.cuda.get_device_capability()
     coords = {"format": fmt, "scale_mode": mode, "layout": "swizzled", "dtype": "bfloat16",
               "outputs": "dual", "transform": "none"}
-    tile = "tile_nv" if fmt == "nvfp4" else "tile"
-    for m, k, want in ((64, 128, tile), (128, 256, tile), (64 - b, 128, "edge"), (64 + b, 128, "edge"),
-                       (64, 128 - b, "edge"), (64, 128 + b, "edge"), (128, 192, "edge")):
+    for m, k, want in ((64, 4 * b, "tile"), (128, 8 * b, "tile"), (64 - b, 4 * b, "edge"), (64 + b, 4 * b, "edge"),
+                       (64, 3 * b, "edge"), (64, 5 * b, "edge"), (128, 6 * b, "edge")):
         _, cand = table.resolve("quantize_columnwise", coords, cap, k, b, 256, k * 2, m)
         assert cand.kclass.name == want, (m, k)
         _check_dual(random_input(m, k, torch.bfloat16), fmt, mode, "swizzled", _g(fmt), True, what=f"{m}x{k}")

@@ -197,16 +197,15 @@ def test_default_specs_declare_the_columnwise_variants():
     rht = [v for v in variants if v.transform == "rht"]
     assert len(variants) == 256 and len(rht) == 16
     assert {(v.format, v.dtype) for v in rht} == {("nvfp4", "bfloat16")}
-    assert {(v.format == "nvfp4", v.kclass.name) for v in variants} == {
-        (False, "tile"), (False, "edge"), (True, "tile_nv"), (True, "edge")}
+    assert {v.kclass.name for v in variants} == {"tile", "edge"}
 
 
 def test_tile_class_eligibility_on_both_sides():
-    tile = KClass("tile_nv", k_multiple_blocks=8, vector_bytes=16, m_multiple=64)
+    tile = KClass("tile", k_multiple_blocks=4, vector_bytes=16, m_multiple=64)
     edge = KClass("edge", k_multiple_blocks=1, vector_bytes=0)
     b = 16
-    assert tile.accepts(128, b, 16, 256, m=64) and tile.accepts(256, b, 16, 512, m=128)
-    for k, m, align in ((64, 64, 16), (144, 64, 16), (128, 48, 16), (128, 80, 16), (128, 64, 8)):
+    assert tile.accepts(64, b, 16, 128, m=64) and tile.accepts(128, b, 16, 256, m=128)
+    for k, m, align in ((48, 64, 16), (80, 64, 16), (64, 48, 16), (64, 80, 16), (64, 64, 8)):
         assert not tile.accepts(k, b, align, k * 2, m=m), (k, m, align)
         assert edge.accepts(k, b, align, k * 2, m=m)
     assert edge.accepts(7, b, 2, 14, m=16)  # columnwise only: any K
