@@ -86,8 +86,6 @@ class TiledQuantizeKernel:
         # CTAs then write consecutive bytes of the same transposed rows.
         grid = [(m_ext + (TILE_M - 1)) // TILE_M, (k_ext + (self.tile_k - 1)) // self.tile_k, 1]
         smem = TILE_M * self.pitch(mX.element_type) * (mX.element_type.width // 8)
-        if cutlass.const_expr(self.cfg.exact_tiles):
-            smem += self.tile_k * (self.row_bytes + SMEM_PAD_BYTES) + 16  # + alignment slack
         self.kernel(mX, mQ, mS, mQt, mSt, mG, mGt, sign_mask).launch(
             grid=grid, block=[THREADS, 1, 1], smem=smem, stream=stream
         )
@@ -106,8 +104,10 @@ class TiledQuantizeKernel:
         sT = smem.allocate_tensor(dtype, cute.make_layout((TILE_M, self.tile_k), stride=(self.pitch(dtype), 1)), 16)
         sQ = None
         if cutlass.const_expr(self.cfg.exact_tiles):
-            sQ = smem.allocate_tensor(Uint8, cute.make_layout((self.tile_k, self.row_bytes),
-                                                              stride=(self.row_bytes + SMEM_PAD_BYTES, 1)), 16)
+            # The staging buffer of the transposed output reuses the input tile's shared memory
+            # (always larger), which is read into registers first: more CTAs fit on an SM.
+            sQ = cute.make_tensor(cute.recast_ptr(sT.iterator, dtype=Uint8),
+                                  cute.make_layout((self.tile_k, self.row_bytes), stride=(self.row_bytes + SMEM_PAD_BYTES, 1)))
         factors = (self.q.global_factors(mG), self.q.global_factors(mGt))
         # One tile per CTA. (Four tiles per CTA with the next tile's loads issued before the
         # current one is processed doubled the registers and ran slower on an H100: RESULTS.md.)
@@ -184,12 +184,18 @@ class TiledQuantizeKernel:
         gQt = cute.zipped_divide(mQt, (1, ob))
         if cutlass.const_expr(self.cfg.exact_tiles):
             sQb = cute.zipped_divide(sQ, (1, ob))
+        gathered = []
+        for j in cutlass.range_constexpr(self.col_jobs):
+            job = j * THREADS + tidx
+            gathered.append(self.gather_pair(sT, job // self.pairs * B, job % self.pairs))
+        if cutlass.const_expr(self.cfg.exact_tiles):
+            cute.arch.sync_threads()  # every thread has read the tile: its memory becomes the staging buffer
         for j in cutlass.range_constexpr(self.col_jobs):
             job = j * THREADS + tidx
             p = job % self.pairs
             rb = job // self.pairs
             mb = m0 // B + rb
-            cols = self.gather_pair(sT, rb * B, p)
+            cols = gathered[j]
             for c in cutlass.range_constexpr(2):
                 n = k0 + 2 * p + c
                 if n < rows_c and mb < cols_c:
