@@ -7,6 +7,16 @@ from kernelforge.formats import FORMATS
 from kernelforge.ops.reference import quantize_ref
 
 
+def op_kwargs(mode: str, layout: str, g=None) -> dict:
+    """Keyword arguments of a quantizing op: layout, the scale mode unless "none", the global scale if any."""
+    kw = {"layout": layout}
+    if mode != "none":
+        kw["scale_mode"] = mode
+    if g is not None:
+        kw["global_scale"] = g
+    return kw
+
+
 def random_input(m: int, k: int, dtype: torch.dtype, device: str = "cuda") -> torch.Tensor:
     """Log-uniform magnitudes over many binades, random signs, a random gain per row and column:
     every scale value shows up along both dimensions."""

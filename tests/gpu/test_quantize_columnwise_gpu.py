@@ -22,21 +22,12 @@ from kernelforge.ops.reference import quantize_ref
 
 sys.path.insert(0, str(Path(__file__).parent))
 from _fused_helpers import Tally, compare_fused  # noqa: E402
-from _quant_helpers import assert_matches, random_input  # noqa: E402
+from _quant_helpers import assert_matches, op_kwargs, random_input  # noqa: E402
 
 pytestmark = pytest.mark.gpu
 
 DTYPES = {"bfloat16": torch.bfloat16, "float16": torch.float16, "float32": torch.float32}
 COMBOS = [(f, m) for f in FORMATS for m in FORMATS[f].scale_modes]
-
-
-def _kw(fmt: str, mode: str, layout: str, g=None) -> dict:
-    kw = {"layout": layout}
-    if mode != "none":
-        kw["scale_mode"] = mode
-    if g is not None:
-        kw["global_scale"] = g
-    return kw
 
 
 def _g(fmt: str):
@@ -50,7 +41,7 @@ def _shapes(b: int):
 
 
 def _check_dual(x: torch.Tensor, fmt: str, mode: str, layout: str, g, rowwise: bool, out=None, what=""):
-    res = kernelforge.quantize(x, fmt, rowwise=rowwise, columnwise=True, out=out, **_kw(fmt, mode, layout, g))
+    res = kernelforge.quantize(x, fmt, rowwise=rowwise, columnwise=True, out=out, **op_kwargs(mode, layout, g))
     torch.cuda.synchronize()
     assert len(res) == (4 if rowwise else 2)
     x2 = x.reshape(-1, x.shape[-1])
@@ -98,7 +89,7 @@ def test_columnwise_only_allows_any_k(fmt, mode):
     for k in (1, 7, b + 3, 130):
         _check_dual(random_input(2 * b, k, torch.bfloat16), fmt, mode, "swizzled", _g(fmt), False, what=f"K={k}")
     with pytest.raises(ValueError, match="K = 7"):
-        kernelforge.quantize(random_input(2 * b, 7, torch.bfloat16), fmt, columnwise=True, **_kw(fmt, mode, "linear"))
+        kernelforge.quantize(random_input(2 * b, 7, torch.bfloat16), fmt, columnwise=True, **op_kwargs(mode, "linear"))
 
 
 @pytest.mark.parametrize("fmt,mode", COMBOS)

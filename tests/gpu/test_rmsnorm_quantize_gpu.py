@@ -18,6 +18,7 @@ from kernelforge.ops import _common
 
 sys.path.insert(0, str(Path(__file__).parent))
 from _fused_helpers import Tally, compare_fused, reference  # noqa: E402
+from _quant_helpers import op_kwargs  # noqa: E402
 
 pytestmark = pytest.mark.gpu
 
@@ -26,13 +27,7 @@ COMBOS = [(f, m) for f in FORMATS for m in FORMATS[f].scale_modes]
 M_VALUES = (1, 127, 128, 129)
 
 
-def _kwargs(mode: str, layout: str, g) -> dict:
-    kw = {"layout": layout}
-    if mode != "none":
-        kw["scale_mode"] = mode
-    if g is not None:
-        kw["global_scale"] = g
-    return kw
+_kwargs = op_kwargs
 
 
 def _hidden_sizes(block: int) -> list[int]:
