@@ -168,7 +168,14 @@ def global_scale_arg(fmt: Format, g: Optional[torch.Tensor], device: torch.devic
     one = _ones.get(device)
     if one is None:
         # A host-to-device copy, not a fill kernel: torch's first fill loads a CUDA module (ms).
-        one = _ones[device] = torch.tensor([1.0], dtype=torch.float32, device=device)
+        # On a private stream that only this copy waits for: on the caller's stream it would
+        # wait for all work queued there (a first call behind other work on a side stream),
+        # and the finished tensor is then ready for every stream.
+        side = torch.cuda.Stream(device=device)
+        with torch.cuda.stream(side):
+            one = torch.tensor([1.0], dtype=torch.float32, device=device)
+        side.synchronize()
+        _ones[device] = one
     return one
 
 

@@ -212,3 +212,39 @@ def test_rht_global_scale_helper():
     assert g.shape == (1,) and g.dtype == torch.float32
     assert g.item() == pytest.approx(448 * 6 / amax, rel=1e-2)
     assert kernelforge.rht_global_scale(torch.zeros(32, 32, dtype=torch.bfloat16, device="cuda")).item() == 1.0
+
+
+@pytest.mark.parametrize("fmt,mode", [("mxfp8", "rceil"), ("nvfp4", "none")])
+def test_fast_path_repeats_into_the_same_buffers(fmt, mode, poison, forbid_checked_path):
+    """Dual, columnwise-only and RHT calls into the same out= buffers skip validation (proved by
+    breaking it) and stay exact; a misaligned input of the same shape takes the checked path."""
+    b = FORMATS[fmt].block
+    g = _g(fmt)
+    x = random_input(128, 8 * b, torch.bfloat16)
+    outs = {rw: kernelforge.quantize(x, fmt, rowwise=rw, columnwise=True, **op_kwargs(mode, "swizzled", g))
+            for rw in (True, False)}
+    for rw, out in outs.items():
+        _check_dual(random_input(128, 8 * b, torch.bfloat16), fmt, mode, "swizzled", g, rw, out=out)  # remembered
+    rht_out = kernelforge.quantize_nvfp4_rht(x, global_scale_col=g) if fmt == "nvfp4" else None
+    if rht_out is not None:
+        kernelforge.quantize_nvfp4_rht(x, global_scale_col=g, out=rht_out)
+    with forbid_checked_path():
+        for _ in range(2):
+            for rw, out in outs.items():
+                for t in out:
+                    poison(t)
+                res = _check_dual(random_input(128, 8 * b, torch.bfloat16), fmt, mode, "swizzled", g, rw, out=out)
+                assert all(r is o for r, o in zip(res, out))
+            if rht_out is not None:
+                xr = random_input(128, 8 * b, torch.bfloat16)
+                for t in rht_out:
+                    poison(t)
+                res = kernelforge.quantize_nvfp4_rht(xr, global_scale_col=g, out=rht_out)
+                torch.cuda.synchronize()
+                assert_matches(res[2], res[3], hadamard_columns(xr), "nvfp4", "none", "swizzled", g, "rht fast path")
+    base = random_input(1, 128 * 8 * b + 8, torch.bfloat16).view(-1)
+    xm = base[1:1 + 128 * 8 * b].view(128, 8 * b)
+    assert xm.data_ptr() % 16
+    for t in outs[True]:
+        poison(t)
+    _check_dual(xm, fmt, mode, "swizzled", g, True, out=outs[True])
