@@ -124,6 +124,15 @@ def rht_rows(copy_gbs: float) -> list[dict]:
     return rows
 
 
+def grouped_row(kind: str, fmt: str, shape: str, one: float, loop: float, nbytes: int, copy_gbs: float) -> dict:
+    """One result row of the grouped section (one launch vs the loop), printed as it is made."""
+    r = {"section": "grouped", "kind": kind, "format": fmt, "shape": shape, "grouped_us": one, "loop_us": loop,
+         "speedup": loop / one, "GBps": nbytes / one / 1e3, "pct_copy": 100 * nbytes / one / 1e3 / copy_gbs}
+    print(f"grp  {kind} {fmt:6} {shape} one launch {one:7.1f} us ({r['pct_copy']:5.1f}% copy)"
+          f"  loop {loop:7.1f} us  x{r['speedup']:.2f}", flush=True)
+    return r
+
+
 def grouped_rows(copy_gbs: float) -> list[dict]:
     """Experts [E, N, K] in one launch versus a loop of per-expert calls; activations [T, K]
     with uneven groups in one launch versus a loop over the groups' row slices."""
@@ -139,12 +148,8 @@ def grouped_rows(copy_gbs: float) -> list[dict]:
             one = timed(lambda w: kernelforge.quantize_experts(w, fmt, out=out, **a), ws)
             loop = timed(lambda w: [kernelforge.quantize(w[i], fmt, layout="swizzled", out=outs[i], **a)
                                     for i in range(e)], ws)
-            nbytes = 2 * e * n * k + e * one_side_bytes(fmt, n, k)
-            rows.append({"section": "grouped", "kind": "experts", "format": fmt, "shape": f"{e}x{n}x{k}",
-                         "grouped_us": one, "loop_us": loop, "speedup": loop / one, "GBps": nbytes / one / 1e3,
-                         "pct_copy": 100 * nbytes / one / 1e3 / copy_gbs})
-            print(f"grp  experts {fmt:6} {e}x{n}x{k} one launch {one:7.1f} us ({rows[-1]['pct_copy']:5.1f}% copy)"
-                  f"  loop {loop:7.1f} us  x{rows[-1]['speedup']:.2f}", flush=True)
+            rows.append(grouped_row("experts", fmt, f"{e}x{n}x{k}", one, loop,
+                                    2 * e * n * k + e * one_side_bytes(fmt, n, k), copy_gbs))
             del ws
         for t, k, g in ((16384, 7168, 8), (16384, 4096, 64)):
             sizes = torch.multinomial(torch.ones(g), t, replacement=True, generator=gen).bincount(minlength=g)
@@ -157,12 +162,8 @@ def grouped_rows(copy_gbs: float) -> list[dict]:
             outs = [kernelforge.quantize(xs[0][bounds[i]:bounds[i + 1]], fmt, layout="swizzled", **a) for i in range(g)]
             loop = timed(lambda x: [kernelforge.quantize(x[bounds[i]:bounds[i + 1]], fmt, layout="swizzled",
                                                          out=outs[i], **a) for i in range(g)], xs)
-            nbytes = 2 * t * k + one_side_bytes(fmt, t, k)
-            rows.append({"section": "grouped", "kind": "offsets", "format": fmt, "shape": f"{t}x{k} G={g}",
-                         "grouped_us": one, "loop_us": loop, "speedup": loop / one, "GBps": nbytes / one / 1e3,
-                         "pct_copy": 100 * nbytes / one / 1e3 / copy_gbs})
-            print(f"grp  offsets {fmt:6} {t}x{k} G={g} one launch {one:7.1f} us ({rows[-1]['pct_copy']:5.1f}% copy)"
-                  f"  loop {loop:7.1f} us  x{rows[-1]['speedup']:.2f}", flush=True)
+            rows.append(grouped_row("offsets", fmt, f"{t}x{k} G={g}", one, loop,
+                                    2 * t * k + one_side_bytes(fmt, t, k), copy_gbs))
             del xs
     return rows
 

@@ -45,6 +45,14 @@ def _row_major(v: Any, fmt: Format, m: object, contiguous: bool) -> tuple[object
     return make_fake_tensor(DTYPES[v.dtype], (m, k), (ld, 1), assumed_align=align), k
 
 
+def _scales(v: Any, fmt: Format, rows: object, symbols: tuple[str | None, str | None] = (None, None)) -> object:
+    """Fake scale matrix: linear ones have `rows` rows (tied, checked by the wrapper), swizzled
+    ones their own padded row count; `symbols` name the free dimensions."""
+    rows = rows if v.layout == "linear" else cute.sym_int32(symbol=symbols[0])
+    return make_fake_compact_tensor(DTYPES[fmt.scale_dtype], (rows, cute.sym_int32(symbol=symbols[1])),
+                                    stride_order=(1, 0), assumed_align=4)
+
+
 def _outputs(v: Any, fmt: Format, m: object) -> list[object]:
     """Fake data [M, K*bits/8], scale matrix [rows, cols], NVFP4 global scale [1] (or None).
 
@@ -54,9 +62,7 @@ def _outputs(v: Any, fmt: Format, m: object) -> list[object]:
     out_bytes = fmt.block * fmt.element_bits // 8
     dq = cute.sym_int32(divisibility=out_bytes * v.kclass.k_multiple_blocks, symbol="KQ")
     q = make_fake_compact_tensor(DTYPES[fmt.data_dtype], (m, dq), stride_order=(1, 0), assumed_align=16)
-    rows = m if v.layout == "linear" else cute.sym_int32(symbol="SR")
-    s = make_fake_compact_tensor(DTYPES[fmt.scale_dtype], (rows, cute.sym_int32(symbol="SC")),
-                                 stride_order=(1, 0), assumed_align=4)
+    s = _scales(v, fmt, m, ("SR", "SC"))
     g = make_fake_compact_tensor(cutlass.Float32, (1,), assumed_align=4) if fmt.has_global_scale else None
     return [q, s, g]
 
@@ -87,11 +93,6 @@ def _rmsnorm_quantize_args(v: Any) -> tuple[object, list[object]]:
     return kernel, [x, r, w, q, s, g, cutlass.Float32(1e-6), make_fake_stream(use_tvm_ffi_env_stream=True)]
 
 
-def _scales(v: Any, fmt: Format, rows: object) -> object:
-    """Fake scale matrix: linear ones have `rows` rows (tied, checked by the wrapper)."""
-    rows = rows if v.layout == "linear" else cute.sym_int32()
-    return make_fake_compact_tensor(DTYPES[fmt.scale_dtype], (rows, cute.sym_int32()),
-                                    stride_order=(1, 0), assumed_align=4)
 
 
 def _quantize_columnwise_args(v: Any) -> tuple[object, list[object]]:

@@ -135,25 +135,26 @@ def output_shapes(fmt: Format, shape: tuple[int, ...], m: int, layout: str) -> t
 
 
 def check_global_scale(g: object, fmt: Format, device: torch.device, groups: int = 1, per: str = "",
-                       arg: str = "x") -> None:
-    """Check an NVFP4 global scale: shape [1], or also [groups] (one per `per`) where `per` is given.
+                       arg: str = "x", name: str = "global_scale") -> None:
+    """Check an NVFP4 global scale (the argument `name`): shape [1], or also [groups] (one per
+    `per`) where `per` is given.
 
     `arg` names the input whose device it must share.
     """
     if not fmt.has_global_scale:
-        raise ValueError(f"global_scale: only NVFP4 takes a global scale; {fmt.name} must be called with None")
+        raise ValueError(f"{name}: only NVFP4 takes a global scale; {fmt.name} must be called with None")
     shape = f"[1] or [{groups}] (one per {per})" if per else "[1]"
     if not isinstance(g, torch.Tensor):
-        raise TypeError(f"global_scale: expected a float32 CUDA tensor of shape {shape} or None, got {type(g).__name__}")
+        raise TypeError(f"{name}: expected a float32 CUDA tensor of shape {shape} or None, got {type(g).__name__}")
     if g.dtype != torch.float32:
-        raise ValueError(f"global_scale: expected dtype torch.float32, got {g.dtype}")
+        raise ValueError(f"{name}: expected dtype torch.float32, got {g.dtype}")
     n = g.shape[0] if g.dim() == 1 else -1  # a 0-d tensor is not [1]: the kernel checks ndim == 1
     if n != 1 and not (per and n == groups):
-        raise ValueError(f"global_scale: expected shape {shape}, got {list(g.shape)}")
+        raise ValueError(f"{name}: expected shape {shape}, got {list(g.shape)}")
     if n > 1 and g.stride(0) != 1:
-        raise ValueError("global_scale: expected a contiguous tensor")
+        raise ValueError(f"{name}: expected a contiguous tensor")
     if g.device != device:
-        raise ValueError(f"global_scale: expected a tensor on {device} (the device of {arg}), got {g.device}")
+        raise ValueError(f"{name}: expected a tensor on {device} (the device of {arg}), got {g.device}")
 
 
 def global_scale_arg(fmt: Format, g: Optional[torch.Tensor], device: torch.device) -> Optional[torch.Tensor]:
@@ -179,15 +180,19 @@ def global_scale_arg(fmt: Format, g: Optional[torch.Tensor], device: torch.devic
     return one
 
 
+PAIR_SLOTS = ("out[0] (data)", "out[1] (scale)")
+
+
 def check_out(out: object, device: torch.device, d_shape: tuple, s_shape: tuple,
-              data_dtype: torch.dtype, scale_dtype: torch.dtype, arg: str = "x") -> tuple[torch.Tensor, torch.Tensor]:
+              data_dtype: torch.dtype, scale_dtype: torch.dtype, arg: str = "x",
+              slots: tuple[str, str] = PAIR_SLOTS) -> tuple[torch.Tensor, torch.Tensor]:
     """Validate caller-provided `(data, scale)` buffers; return them in the format's dtypes.
 
-    `arg` names the input whose device they must share."""
+    `arg` names the input whose device they must share, `slots` the two buffers in errors."""
     if not (isinstance(out, (tuple, list)) and len(out) == 2):
         raise TypeError(f"out: expected a (data, scale) tuple of tensors, got {type(out).__name__}")
-    return (_check_buffer("out[0] (data)", out[0], d_shape, data_dtype, 16, device, arg),
-            _check_buffer("out[1] (scale)", out[1], s_shape, scale_dtype, 4, device, arg))
+    return (_check_buffer(slots[0], out[0], d_shape, data_dtype, 16, device, arg),
+            _check_buffer(slots[1], out[1], s_shape, scale_dtype, 4, device, arg))
 
 
 def _check_buffer(name: str, t: object, shape: tuple, dtype: torch.dtype, align: int,
@@ -210,20 +215,30 @@ def _check_buffer(name: str, t: object, shape: tuple, dtype: torch.dtype, align:
 
 
 def output_buffers(out: Any, device: torch.device, d_shape: tuple, s_shape: tuple, data_dtype: torch.dtype,
-                   scale_dtype: torch.dtype, arg: str = "x") -> tuple[torch.Tensor, torch.Tensor]:
-    """The caller's `out` buffers checked, or fresh ones, in the format's dtypes (what kernels take).
+                   scale_dtype: torch.dtype, arg: str = "x",
+                   slots: tuple[str, str] = PAIR_SLOTS) -> tuple[torch.Tensor, torch.Tensor]:
+    """The caller's `out` buffers checked, or fresh ones, in the format's dtypes (what kernels take)."""
+    data, scale = output_pairs([out], device, [(d_shape, s_shape, slots)], data_dtype, scale_dtype, arg)
+    return data, scale
 
-    The CUDA check on the device of the input (named `arg`) comes last, so that every other
-    argument error is reported (and testable) without a GPU.
+
+def output_pairs(outs: list, device: torch.device, specs: list[tuple[tuple, tuple, tuple[str, str]]],
+                 data_dtype: torch.dtype, scale_dtype: torch.dtype, arg: str = "x") -> list[torch.Tensor]:
+    """Several `(data, scale)` outputs of one op, flattened: each caller pair in `outs` checked
+    against its (data shape, scale shape, slot names) in `specs`, or fresh buffers where None.
+
+    The CUDA check on the device of the input (named `arg`) comes after every pair's checks,
+    so that every other argument error is reported (and testable) without a GPU.
     """
-    if out is not None:
-        data, scale = check_out(out, device, d_shape, s_shape, data_dtype, scale_dtype, arg)
+    checked = [None if o is None else check_out(o, device, ds, ss, data_dtype, scale_dtype, arg, sl)
+               for o, (ds, ss, sl) in zip(outs, specs)]
     if device.type != "cuda":
         raise ValueError(f"{arg}: expected a CUDA tensor, got a tensor on {device}")
-    if out is None:
-        data = torch.empty(d_shape, dtype=data_dtype, device=device)
-        scale = torch.empty(s_shape, dtype=scale_dtype, device=device)
-    return data, scale
+    res: list[torch.Tensor] = []
+    for pair, (ds, ss, _) in zip(checked, specs):
+        res += pair if pair is not None else (torch.empty(ds, dtype=data_dtype, device=device),
+                                              torch.empty(ss, dtype=scale_dtype, device=device))
+    return res
 
 
 def results(out: Any, data: torch.Tensor, scale: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:

@@ -18,6 +18,7 @@ from torch import Tensor
 from . import _common as c
 from .quantize_grouped import experts_shapes, grouped_shapes, quantize_experts, quantize_grouped
 from .quantize import quantize as _quantize
+from .quantize_columnwise import RHT_SIGN_MASK, quantize_nvfp4_rht
 from .rmsnorm_quantize import _run as _rmsnorm_run
 
 _NS = "kernelforge"
@@ -69,19 +70,18 @@ def _(x, residual, weight, format, eps=1e-6, layout="linear", scale_mode="floor"
     return _fake_outputs(x, format, layout, scale_mode)
 
 
-def _into(out, data: Tensor, scale: Tensor) -> tuple[Tensor, Tensor]:
-    """Copy op results into caller buffers (which may be uint8 buffers of the format's bytes)."""
+def _into(out, results: tuple) -> tuple:
+    """Copy op results into caller buffers (any of which may be uint8 buffers of the format's bytes)."""
     if out is None:
-        return data, scale
-    for dst, src in zip(out, (data, scale)):
+        return tuple(results)
+    for dst, src in zip(out, results):
         dst.copy_(src if dst.dtype == src.dtype else src.view(dst.dtype))
-    return out[0], out[1]
+    return tuple(out)
 
 
 def traced_quantize(x, format, layout, scale_mode, global_scale, out):
     """What `kernelforge.quantize` runs while torch.compile traces it."""
-    data, scale = torch.ops.kernelforge.quantize(x, format, layout, scale_mode, global_scale)
-    return _into(out, data, scale)
+    return _into(out, torch.ops.kernelforge.quantize(x, format, layout, scale_mode, global_scale))
 
 
 def traced_rmsnorm_quantize(x, residual, weight, format, eps, layout, scale_mode, global_scale, out):
@@ -92,7 +92,7 @@ def traced_rmsnorm_quantize(x, residual, weight, format, eps, layout, scale_mode
     else:
         data, scale = torch.ops.kernelforge.add_rmsnorm_quantize(x, residual, weight, format, eps, layout,
                                                                  scale_mode, global_scale)
-    return _into(out, data, scale)
+    return _into(out, (data, scale))
 
 
 def _fake_columnwise(x: Tensor, format: str, layout: str, scale_mode: str, rowwise: bool) -> tuple[Tensor, ...]:
@@ -101,10 +101,7 @@ def _fake_columnwise(x: Tensor, format: str, layout: str, scale_mode: str, rowwi
     m = 1
     for d in x.shape[:-1]:
         m = m * d
-    if rowwise:
-        data, scale = _fake_outputs(x, format, layout, scale_mode)
-    else:  # the op's schema has four outputs: the rowwise pair is empty
-        data, scale = x.new_empty((0,), dtype=data_dtype), x.new_empty((0,), dtype=scale_dtype)
+    data, scale = _fake_outputs(x, format, layout, scale_mode) if rowwise else _no_rowwise(x, format, layout, scale_mode)
     d_shape, s_shape = c.output_shapes(fmt, (k, m), k, layout)
     return data, scale, x.new_empty(d_shape, dtype=data_dtype), x.new_empty(s_shape, dtype=scale_dtype)
 
@@ -126,42 +123,36 @@ def _(x, format, layout="linear", scale_mode="floor", global_scale=None, rowwise
 
 @torch.library.custom_op(f"{_NS}::quantize_nvfp4_rht", mutates_args=())
 def quantize_nvfp4_rht_op(x: Tensor, global_scale_row: Optional[Tensor] = None,
-                          global_scale_col: Optional[Tensor] = None, sign_mask: int = 0xD7E8,
+                          global_scale_col: Optional[Tensor] = None, sign_mask: int = RHT_SIGN_MASK,
                           rowwise: bool = True, layout: str = "swizzled") -> tuple[Tensor, Tensor, Tensor, Tensor]:
     """NVFP4 rowwise + RHT columnwise (see `kernelforge.quantize_nvfp4_rht`); rowwise pair empty without it."""
-    from .quantize_columnwise import quantize_nvfp4_rht
-
     outs = quantize_nvfp4_rht(x, global_scale_row=global_scale_row, global_scale_col=global_scale_col,
                               sign_mask=sign_mask, rowwise=rowwise, columnwise=True, layout=layout)
     return _four(x, outs, "nvfp4", layout, "none")
 
 
 @quantize_nvfp4_rht_op.register_fake
-def _(x, global_scale_row=None, global_scale_col=None, sign_mask=0xD7E8, rowwise=True, layout="swizzled"):
+def _(x, global_scale_row=None, global_scale_col=None, sign_mask=RHT_SIGN_MASK, rowwise=True, layout="swizzled"):
     return _fake_columnwise(x, "nvfp4", layout, "none", rowwise)
+
+
+def _no_rowwise(x: Tensor, format: str, layout: str, scale_mode: str) -> tuple[Tensor, Tensor]:
+    """The empty rowwise pair that the four-output schemas return without the rowwise output."""
+    _, _, data_dtype, scale_dtype = c.format_plan(format, layout, scale_mode)
+    return x.new_empty((0,), dtype=data_dtype), x.new_empty((0,), dtype=scale_dtype)
 
 
 def _four(x: Tensor, outs: tuple, format: str, layout: str, scale_mode: str) -> tuple[Tensor, ...]:
     """Pad a (data_t, scale_t) result with the empty rowwise pair of the four-output schema."""
     if len(outs) == 4:
         return tuple(outs)
-    _, _, data_dtype, scale_dtype = c.format_plan(format, layout, scale_mode)
-    return (x.new_empty((0,), dtype=data_dtype), x.new_empty((0,), dtype=scale_dtype), *outs)
-
-
-def _into_all(out, results: tuple) -> tuple:
-    """Copy results into caller buffers (any of which may be uint8 buffers of the format's bytes)."""
-    if out is None:
-        return results
-    for dst, src in zip(out, results):
-        dst.copy_(src if dst.dtype == src.dtype else src.view(dst.dtype))
-    return tuple(out)
+    return (*_no_rowwise(x, format, layout, scale_mode), *outs)
 
 
 def traced_quantize_columnwise(x, format, layout, scale_mode, global_scale, out, rowwise):
     """What `kernelforge.quantize(..., columnwise=True)` runs while torch.compile traces it."""
     res = torch.ops.kernelforge.quantize_columnwise(x, format, layout, scale_mode, global_scale, rowwise)
-    return _into_all(out, res if rowwise else res[2:])
+    return _into(out, res if rowwise else res[2:])
 
 
 def traced_quantize_nvfp4_rht(x, global_scale_row, global_scale_col, sign_mask, rowwise, columnwise, layout, out):
@@ -169,7 +160,7 @@ def traced_quantize_nvfp4_rht(x, global_scale_row, global_scale_col, sign_mask, 
     if not columnwise:
         return traced_quantize(x, "nvfp4", layout, "none", global_scale_row, out)
     res = torch.ops.kernelforge.quantize_nvfp4_rht(x, global_scale_row, global_scale_col, sign_mask, rowwise, layout)
-    return _into_all(out, res if rowwise else res[2:])
+    return _into(out, res if rowwise else res[2:])
 
 
 @torch.library.custom_op(f"{_NS}::quantize_experts", mutates_args=())
@@ -204,9 +195,9 @@ def _(x, group_offsets, format, scale_mode="floor", global_scale=None):
 
 def traced_quantize_experts(w, format, layout, scale_mode, global_scale, out):
     """What `kernelforge.quantize_experts` runs while torch.compile traces it."""
-    return _into_all(out, torch.ops.kernelforge.quantize_experts(w, format, layout, scale_mode, global_scale))
+    return _into(out, torch.ops.kernelforge.quantize_experts(w, format, layout, scale_mode, global_scale))
 
 
 def traced_quantize_grouped(x, group_offsets, format, scale_mode, global_scale, out):
     """What `kernelforge.quantize_grouped` runs while torch.compile traces it."""
-    return _into_all(out, torch.ops.kernelforge.quantize_grouped(x, group_offsets, format, scale_mode, global_scale))
+    return _into(out, torch.ops.kernelforge.quantize_grouped(x, group_offsets, format, scale_mode, global_scale))

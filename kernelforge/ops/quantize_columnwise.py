@@ -91,21 +91,18 @@ def run(x: torch.Tensor, fmt: Format, mode: str, layout: str, data_dtype: torch.
     for name, g in (("global_scale_row" if transform == "rht" else "global_scale", g_row),
                     ("global_scale_col", g_col)):
         if g is not None:
-            try:
-                c.check_global_scale(g, fmt, device)
-            except (TypeError, ValueError) as exc:
-                raise type(exc)(str(exc).replace("global_scale:", f"{name}:", 1)) from None
+            c.check_global_scale(g, fmt, device, name=name)
     n_out = 4 if rowwise else 2
     if out is not None and not (isinstance(out, (tuple, list)) and len(out) == n_out):
         what = "(data, scale, data_t, scale_t)" if rowwise else "(data_t, scale_t)"
         raise TypeError(f"out: expected a {what} tuple of tensors, got {type(out).__name__}"
                         + (f" of length {len(out)}" if isinstance(out, (tuple, list)) else ""))
-    t_shapes = c.output_shapes(fmt, (k, m), k, layout)
-    outs: list[torch.Tensor] = []
+    first = 2 if rowwise else 0
+    specs = [(*c.output_shapes(fmt, (k, m), k, layout), (f"out[{first}] (data_t)", f"out[{first + 1}] (scale_t)"))]
     if rowwise:
-        d_shape, s_shape = c.output_shapes(fmt, shape, m, layout)
-        outs += c.output_buffers(None if out is None else out[:2], device, d_shape, s_shape, data_dtype, scale_dtype)
-    outs += c.output_buffers(None if out is None else out[-2:], device, *t_shapes, data_dtype, scale_dtype)
+        specs.insert(0, (*c.output_shapes(fmt, shape, m, layout), c.PAIR_SLOTS))
+    given = [None] * len(specs) if out is None else [out[i:i + 2] for i in range(0, n_out, 2)]
+    outs = c.output_pairs(given, device, specs, data_dtype, scale_dtype)
     if m and k:
         es = DTYPE_BYTES[dtype]
         stride_bytes = x2.stride(0) * es if m > 1 else k * es
@@ -159,15 +156,9 @@ def quantize_nvfp4_rht(
     if done is not None:
         return done
     fmt, mode, data_dtype, scale_dtype = c.format_plan("nvfp4", layout, "none")
-    check_input(x, (torch.bfloat16,))
-    if x.dim() != 2:
-        raise ValueError(f"x: expected a 2-D [M, N] tensor, got shape {list(x.shape)}")
-    check_sign_mask(sign_mask)
+    check_rht_input(x, sign_mask)
     if not (rowwise or columnwise):
         raise ValueError("rowwise, columnwise: at least one output must be requested")
-    m, n = x.shape
-    if m % RHT_SIZE or n % RHT_SIZE:
-        raise ValueError(f"x: M = {m} and N = {n} must both be multiples of {RHT_SIZE} for the Hadamard transform")
     if not columnwise:
         from .quantize import quantize
 
@@ -180,9 +171,17 @@ def quantize_nvfp4_rht(
                transform="rht", sign_mask=sign_mask, key=key)
 
 
-def check_sign_mask(sign_mask: object) -> None:
+def check_rht_input(x: object, sign_mask: object) -> None:
+    """The Hadamard transform's input checks: x a bfloat16 [M, N] tensor with M and N multiples
+    of 16, sign_mask a 16-bit integer."""
+    check_input(x, (torch.bfloat16,))
+    if x.dim() != 2:
+        raise ValueError(f"x: expected a 2-D [M, N] tensor, got shape {list(x.shape)}")
     if isinstance(sign_mask, bool) or not isinstance(sign_mask, int) or not 0 <= sign_mask <= 0xFFFF:
         raise ValueError(f"sign_mask: expected an integer in 0..0xFFFF (16 row signs), got {sign_mask!r}")
+    m, n = x.shape
+    if m % RHT_SIZE or n % RHT_SIZE:
+        raise ValueError(f"x: M = {m} and N = {n} must both be multiples of {RHT_SIZE} for the Hadamard transform")
 
 
 def hadamard_columns(x: torch.Tensor, sign_mask: int = RHT_SIGN_MASK) -> torch.Tensor:
@@ -204,12 +203,7 @@ def hadamard_columns(x: torch.Tensor, sign_mask: int = RHT_SIGN_MASK) -> torch.T
 def rht_global_scale(x: torch.Tensor, sign_mask: int = RHT_SIGN_MASK) -> torch.Tensor:
     """Calibration of the columnwise RHT output: `448 * 6 / amax(|rht(x)|)` as an fp32 [1]
     tensor on x's device (amax == 0 gives 1.0), computed on the device without a sync."""
-    check_input(x, (torch.bfloat16,))
-    if x.dim() != 2:
-        raise ValueError(f"x: expected a 2-D [M, N] tensor, got shape {list(x.shape)}")
-    check_sign_mask(sign_mask)
-    if x.shape[0] % RHT_SIZE or x.shape[1] % RHT_SIZE:
-        raise ValueError(f"x: M = {x.shape[0]} and N = {x.shape[1]} must both be multiples of {RHT_SIZE}")
+    check_rht_input(x, sign_mask)
     from .quantize import nvfp4_global_scale
 
     return nvfp4_global_scale(hadamard_columns(x, sign_mask))

@@ -44,5 +44,6 @@ def forbid_checked_path(monkeypatch):
             def no_checks(*args, **kwargs):
                 raise AssertionError("the checked path ran")
             mp.setattr(_common, "output_buffers", no_checks)
+            mp.setattr(_common, "output_pairs", no_checks)
             yield
     return forbidden

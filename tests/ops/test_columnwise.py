@@ -105,8 +105,15 @@ def test_columnwise_out_buffer_checks():
     good = [torch.empty(128, 64, dtype=torch.float8_e4m3fn), torch.empty(128, 2, dtype=torch.float8_e8m0fnu)]
     with pytest.raises(ValueError, match=CUDA_ONLY):
         kernelforge.quantize(x, "mxfp8", rowwise=False, columnwise=True, out=tuple(good))
-    with pytest.raises(ValueError, match=r"expected shape \[128, 64\]"):
+    with pytest.raises(ValueError, match=r"^out\[0\] \(data_t\): expected shape \[128, 64\]"):
         kernelforge.quantize(x, "mxfp8", rowwise=False, columnwise=True, out=(torch.empty(64, 128, dtype=torch.uint8), good[1]))
+    rows = [torch.empty(64, 128, dtype=torch.float8_e4m3fn), torch.empty(64, 4, dtype=torch.float8_e8m0fnu)]
+    with pytest.raises(ValueError, match=CUDA_ONLY):
+        kernelforge.quantize(x, "mxfp8", columnwise=True, out=(*rows, *good))
+    with pytest.raises(ValueError, match=r"^out\[3\] \(scale_t\): expected shape \[128, 2\]"):
+        kernelforge.quantize(x, "mxfp8", columnwise=True, out=(*rows, good[0], rows[1]))
+    with pytest.raises(ValueError, match=r"^out\[1\] \(scale\): expected shape \[64, 4\]"):
+        kernelforge.quantize(x, "mxfp8", columnwise=True, out=(rows[0], good[1], *good))
 
 
 def test_global_scale_checks_name_their_argument():
@@ -140,6 +147,10 @@ def test_rht_errors_and_valid_calls():
         kernelforge.quantize_nvfp4_rht(x, layout="tiled")
     with pytest.raises(ValueError, match="multiples of 16"):
         kernelforge.rht_global_scale(_x(40, 64))
+    with pytest.raises(ValueError, match="sign_mask"):
+        kernelforge.rht_global_scale(x, sign_mask=1 << 16)
+    with pytest.raises(ValueError, match="2-D"):
+        kernelforge.rht_global_scale(x.reshape(2, 32, 64))
 
 
 def test_rht_global_scale_on_cpu_matches_the_reference():

@@ -2,6 +2,9 @@
 exact shapes and dtypes, and torch.compile(fullgraph=True) tracing with no graph break."""
 from __future__ import annotations
 
+import sys
+from pathlib import Path
+
 import pytest
 import torch
 from torch._subclasses.fake_tensor import FakeTensorMode
@@ -9,6 +12,9 @@ from torch._subclasses.fake_tensor import FakeTensorMode
 import kernelforge
 import kernelforge.ops  # noqa: F401  (registers torch.ops.kernelforge.*)
 from kernelforge.formats import FORMATS
+
+sys.path.insert(0, str(Path(__file__).parent))
+from _compile_helpers import capture  # noqa: E402
 
 
 def expected(fmt: str, shape: tuple[int, ...], layout: str):
@@ -58,22 +64,6 @@ def test_fake_rejects_bad_format():
         torch.ops.kernelforge.quantize(torch.empty(4, 64), "fp8", "linear", "floor", None)
 
 
-def _capture(fn, *args):
-    """Trace fn with fullgraph=True; return the FX graph (not run: no GPU here)."""
-    graphs = []
-
-    def backend(gm, example_inputs):
-        graphs.append(gm)
-        out = next(n for n in gm.graph.nodes if n.op == "output").args[0]
-        vals = [n.meta["example_value"] for n in out]
-        return lambda *a: tuple(torch.empty(v.shape, dtype=v.dtype) for v in vals)
-
-    torch._dynamo.reset()
-    torch.compile(fn, backend=backend, fullgraph=True)(*args)
-    assert len(graphs) == 1
-    return graphs[0]
-
-
 def test_compile_traces_every_op_without_graph_breaks():
     def block(x, r, w, g):
         d0, s0 = kernelforge.quantize(x * 2, "nvfp4", layout="swizzled", global_scale=g)
@@ -84,7 +74,7 @@ def test_compile_traces_every_op_without_graph_breaks():
     x = torch.randn(3, 5, 256, dtype=torch.bfloat16)
     r = torch.randn_like(x)
     w = torch.randn(256, dtype=torch.bfloat16)
-    gm = _capture(block, x, r, w, torch.ones(1))
+    gm, _ = capture(block, x, r, w, torch.ones(1))
     targets = [str(n.target) for n in gm.graph.nodes if n.op == "call_function"]
     for name in ("kernelforge.quantize", "kernelforge.rmsnorm_quantize", "kernelforge.add_rmsnorm_quantize"):
         assert any(name in t for t in targets), (name, targets)
@@ -98,7 +88,7 @@ def test_compile_with_out_buffers_copies_into_them():
     w = torch.randn(256, dtype=torch.bfloat16)
     d = torch.empty(128, 128, dtype=torch.uint8)
     s = torch.empty(128, 16, dtype=torch.float8_e4m3fn)
-    gm = _capture(f, x, w, d, s)
+    gm, _ = capture(f, x, w, d, s)
     targets = [str(n.target) for n in gm.graph.nodes if n.op in ("call_function", "call_method")]
     assert any("kernelforge.rmsnorm_quantize" in t for t in targets)
     assert sum("copy_" in t for t in targets) == 2, targets

@@ -8,6 +8,8 @@ below is raised exactly as it would be on a GPU; a fully valid CPU call ends at 
 from __future__ import annotations
 
 import re
+import sys
+from pathlib import Path
 
 import pytest
 import torch
@@ -20,6 +22,9 @@ from kernelforge.ops.quantize_grouped import MAX_GROUPS, grouped_rows
 from kernelforge.ops.reference import (
     from_swizzled, quantize_experts_ref, quantize_grouped_ref, quantize_ref,
 )
+
+sys.path.insert(0, str(Path(__file__).parent))
+from _compile_helpers import capture  # noqa: E402
 
 quantize_experts = kernelforge.quantize_experts
 quantize_grouped = kernelforge.quantize_grouped
@@ -424,14 +429,6 @@ def test_fake_grouped(fmt, mode, t, groups):
 
 
 def test_compile_traces_the_grouped_ops_without_graph_breaks():
-    graphs = []
-
-    def backend(gm, example_inputs):
-        graphs.append(gm)
-        out = next(n for n in gm.graph.nodes if n.op == "output").args[0]
-        vals = [n.meta["example_value"] for n in out]
-        return lambda *a: tuple(torch.empty(v.shape, dtype=v.dtype) for v in vals)
-
     def block(w, x, offs, g, d, s, o):
         dw, sw = kernelforge.quantize_experts(w * 2, "nvfp4", global_scale=g)
         dx, sx, ox = kernelforge.quantize_grouped(x, offs, "mxfp8", scale_mode="rceil")
@@ -443,10 +440,8 @@ def test_compile_traces_the_grouped_ops_without_graph_breaks():
     offs = _offsets(0, 100, 300)
     out = (torch.empty(300, 128, dtype=torch.uint8), torch.empty(640, 8, dtype=torch.uint8),
            torch.empty(3, dtype=torch.int32))
-    torch._dynamo.reset()
-    res = torch.compile(block, backend=backend, fullgraph=True)(w, x, offs, torch.ones(4), *out)
-    assert len(graphs) == 1
-    targets = [str(n.target) for n in graphs[0].graph.nodes if n.op in ("call_function", "call_method")]
+    graph, res = capture(block, w, x, offs, torch.ones(4), *out)
+    targets = [str(n.target) for n in graph.graph.nodes if n.op in ("call_function", "call_method")]
     assert sum("kernelforge.quantize_experts" in t for t in targets) == 1, targets
     assert sum("kernelforge.quantize_grouped" in t for t in targets) == 2, targets
     assert sum("copy_" in t for t in targets) == 3, targets
