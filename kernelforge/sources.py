@@ -19,7 +19,7 @@ OP_SOURCES: dict[str, tuple[str, ...]] = {
     "quantize": ("kernels/quantize.py",),
     "rmsnorm_quantize": ("kernels/dsmem.py", "kernels/rmsnorm_quantize.py"),
     "quantize_grouped": ("kernels/quantize_grouped.py",),
-    "quantize_columnwise": ("kernels/quantize_tiled.py",),
+    "quantize_columnwise": ("kernels/scale_tile.py", "kernels/quantize_tiled.py"),
 }
 
 

@@ -12,6 +12,7 @@ from ..formats import SWIZZLE_COLS, SWIZZLE_ROWS, Format
 from . import convert as cv
 
 FLT_MAX = 3.4028234663852886e38
+FACTOR_TABLE = 128  # UE4M3 scale bytes of a non-negative amax times a positive g (0x7F: NaN)
 
 
 @cute.jit
@@ -66,13 +67,39 @@ class BlockQuantizer:
         return enc_g, inv_g
 
     @cute.jit
+    def element_factor(self, scale: Uint32, inv_g: Float32) -> Float32:
+        """NVFP4's element factor of a block scale byte: 0 for a zero scale, else
+        `min(1 / (fp32(sf) * (1/g)), FLT_MAX)` with correctly rounded operations."""
+        sf = cv.e4m3_decode(scale)
+        enc = Float32(0.0)
+        if sf != Float32(0.0):
+            enc = cute.arch.fmin(cv.rcp_rn(cv.mul_rn(sf, inv_g)), Float32(FLT_MAX))
+        return enc
+
+    @cute.jit
+    def fill_factor_table(self, table: cute.Tensor, inv_g: Float32, tidx: Int32,
+                          threads: cutlass.Constexpr[int]):
+        """`table[b] = element_factor(b)` for the FACTOR_TABLE scale bytes a positive g yields.
+
+        A CTA that quantizes many NVFP4 blocks fills this once (the threads share the 128
+        entries) and looks each block's factor up instead of paying the exact reciprocal and
+        its branches per block; the caller syncs before the first lookup.
+        """
+        for j in cutlass.range_constexpr((FACTOR_TABLE + threads - 1) // threads):
+            i = j * threads + tidx
+            if i < FACTOR_TABLE:
+                table[i] = self.element_factor(Uint32(i), inv_g)
+
+    @cute.jit
     def quantize(self, x: cute.Tensor, dst: cute.Tensor, enc_g: Float32, inv_g: Float32,
-                 x16: cute.Tensor = None) -> Uint32:
+                 x16: cute.Tensor = None, table: cute.Tensor = None) -> Uint32:
         """Quantize the register block `x` (B fp32 values) into `dst`; return its scale byte.
 
         `x16`, when given, holds the same values in their 16-bit input dtype: the amax is then
         taken two at a time on the packed words, signs come from them, and the MX FP4 path
         converts them two at a time without touching `x` (which the compiler then drops).
+        `table`, for NVFP4, is a filled `fill_factor_table` (scale bytes outside it, from a
+        negative g, are computed directly: the results are the same either way).
         """
         mag = None  # |x16| as packed words
         amax_bits = Uint32(0)  # integer max over |x| bit patterns: NaN-aware, no fp compares
@@ -93,10 +120,14 @@ class BlockQuantizer:
         scale = Uint32(0)
         if cutlass.const_expr(self.nvfp4):
             scale = cv.e4m3_byte(cv.mul_rn(cv.bits_f32(amax_bits), enc_g))
-            sf = cv.e4m3_decode(scale)
             enc = Float32(0.0)
-            if sf != Float32(0.0):
-                enc = cute.arch.fmin(cv.rcp_rn(cv.mul_rn(sf, inv_g)), Float32(FLT_MAX))
+            if cutlass.const_expr(table is None):
+                enc = self.element_factor(scale, inv_g)
+            else:
+                if scale < Uint32(FACTOR_TABLE):
+                    enc = table[Int32(scale)]
+                else:
+                    enc = self.element_factor(scale, inv_g)
             if amax_bits >= Uint32(cv.INF_BITS):
                 scale = Uint32(self.fmt.nan_scale_byte)
             self.pack(x, x16, mag, enc, words)

@@ -23,7 +23,8 @@ from cutlass import Float32, Int32, Uint8, Uint32
 
 from ..formats import Format
 from . import convert as cv
-from .blockscale import BlockQuantizer, byte_views, scale_grid, scale_offset, widen
+from .blockscale import FACTOR_TABLE, BlockQuantizer, byte_views, scale_grid, scale_offset, widen
+from .scale_tile import CHUNK_BYTES, chunk_offset, store_pieces
 
 TILE_M = 64  # rows per tile: whole column blocks of every format (B = 16 or 32)
 TILE_BLOCKS = 4  # scale blocks per tile row: one swizzle column group (128 MX / 64 NVFP4 columns,
@@ -85,7 +86,7 @@ class TiledQuantizeKernel:
         # M tiles on x (no launch limit), K tiles on y (<= 65535, checked by the op): consecutive
         # CTAs then write consecutive bytes of the same transposed rows.
         grid = [(m_ext + (TILE_M - 1)) // TILE_M, (k_ext + (self.tile_k - 1)) // self.tile_k, 1]
-        smem = TILE_M * self.pitch(mX.element_type) * (mX.element_type.width // 8)
+        smem = TILE_M * self.pitch(mX.element_type) * (mX.element_type.width // 8) + 2 * CHUNK_BYTES + 2 * 4 * FACTOR_TABLE
         self.kernel(mX, mQ, mS, mQt, mSt, mG, mGt, sign_mask).launch(
             grid=grid, block=[THREADS, 1, 1], smem=smem, stream=stream
         )
@@ -103,16 +104,27 @@ class TiledQuantizeKernel:
         smem = cutlass.utils.SmemAllocator()
         sT = smem.allocate_tensor(dtype, cute.make_layout((TILE_M, self.tile_k), stride=(self.pitch(dtype), 1)), 16)
         sQ = None
+        sS = None
         if cutlass.const_expr(self.cfg.exact_tiles):
             # The staging buffer of the transposed output reuses the input tile's shared memory
             # (always larger), which is read into registers first: more CTAs fit on an SM.
             sQ = cute.make_tensor(cute.recast_ptr(sT.iterator, dtype=Uint8),
                                   cute.make_layout((self.tile_k, self.row_bytes), stride=(self.row_bytes + SMEM_PAD_BYTES, 1)))
-        factors = (self.q.global_factors(mG), self.q.global_factors(mGt))
+            if cutlass.const_expr(self.swizzled):
+                sS = (smem.allocate_tensor(Uint8, cute.make_layout(CHUNK_BYTES), 16),
+                      smem.allocate_tensor(Uint8, cute.make_layout(CHUNK_BYTES), 16))
         # One tile per CTA. (Four tiles per CTA with the next tile's loads issued before the
         # current one is processed doubled the registers and ran slower on an H100: RESULTS.md.)
         raws, fulls = self.load_tile(mX, bidx, tk, tidx)
-        self.process_tile(mX, mQ, mS, mQt, mSt, sT, sQ, factors, sign_mask, raws, fulls, bidx, tk, tidx)
+        # NVFP4's global scales after the tile's loads are in flight, not before: their reads
+        # and the branches of the exact reciprocal would otherwise delay every load of the CTA.
+        factors = (self.q.global_factors(mG), self.q.global_factors(mGt))
+        tables = (None, None)
+        if cutlass.const_expr(self.q.nvfp4):
+            tables = tuple(smem.allocate_tensor(Float32, cute.make_layout(FACTOR_TABLE), 16) for _ in range(2))
+            for t in cutlass.range_constexpr(2):
+                self.q.fill_factor_table(tables[t], factors[t][1], tidx, THREADS)
+        self.process_tile(mX, mQ, mS, mQt, mSt, sT, sQ, sS, factors, tables, sign_mask, raws, fulls, bidx, tk, tidx)
 
     @cute.jit
     def load_tile(self, mX: cute.Tensor, tm: Int32, tk: Int32, tidx: Int32):
@@ -145,7 +157,7 @@ class TiledQuantizeKernel:
 
     @cute.jit
     def process_tile(self, mX: cute.Tensor, mQ: cute.Tensor, mS: cute.Tensor, mQt: cute.Tensor, mSt: cute.Tensor,
-                     sT: cute.Tensor, sQ: cute.Tensor, factors, sign_mask: Int32, raws, fulls,
+                     sT: cute.Tensor, sQ: cute.Tensor, sS, factors, tables, sign_mask: Int32, raws, fulls,
                      tm: Int32, tk: Int32, tidx: Int32):
         """Both outputs of one tile from the thread's loaded row blocks."""
         B = self.block
@@ -154,11 +166,13 @@ class TiledQuantizeKernel:
         m0 = tm * TILE_M
         k0 = tk * self.tile_k
         (enc_g, inv_g), (enc_t, inv_t) = factors
-        # Park the row blocks in shared memory, then quantize them rowwise from registers.
+        # Park the row blocks in shared memory, then (after the barrier that also publishes
+        # NVFP4's factor tables) quantize them rowwise from registers.
         sX = cute.zipped_divide(sT, (1, B))
         for j in cutlass.range_constexpr(self.row_jobs):
             job = j * THREADS + tidx
             cute.autovec_copy(raws[j], sX[(0, None), (job // self.row_blocks, job % self.row_blocks)])
+        cute.arch.sync_threads()
         if cutlass.const_expr(self.cfg.rowwise):
             rows_r, cols_r = scale_grid(m_rows, k_cols // B, self.swizzled)
             gQ = cute.zipped_divide(mQ, (1, self.q.out_bytes))
@@ -167,12 +181,13 @@ class TiledQuantizeKernel:
                 r = m0 + job // self.row_blocks
                 kb = k0 // B + job % self.row_blocks
                 if r < rows_r and kb < cols_r:
-                    s_off = scale_offset(r, kb, cols_r, self.swizzled)
+                    sc = Uint32(0)  # swizzle padding is always written as zero
                     if fulls[j]:
-                        mS[s_off] = Uint8(self.quantize(raws[j], gQ[(0, None), (r, kb)], enc_g, inv_g))
+                        sc = self.quantize(raws[j], gQ[(0, None), (r, kb)], enc_g, inv_g, tables[0])
+                    if cutlass.const_expr(sS is not None):
+                        sS[0][chunk_offset(r, kb)] = Uint8(sc)
                     else:
-                        mS[s_off] = Uint8(0)  # swizzle padding is always written as zero
-        cute.arch.sync_threads()
+                        mS[scale_offset(r, kb, cols_r, self.swizzled)] = Uint8(sc)
 
         # Column pairs of B rows from shared memory -> columnwise output. Whole tiles stage the
         # transposed data in shared memory and store it in 16-byte row segments afterwards: a
@@ -199,7 +214,7 @@ class TiledQuantizeKernel:
             for c in cutlass.range_constexpr(2):
                 n = k0 + 2 * p + c
                 if n < rows_c and mb < cols_c:
-                    s_off = scale_offset(n, mb, cols_c, self.swizzled)
+                    sc = Uint32(0)
                     if n < k_cols and mb < m_blocks:
                         v = cols[c]
                         if cutlass.const_expr(self.cfg.rht):
@@ -208,9 +223,11 @@ class TiledQuantizeKernel:
                             dst = sQb[(0, None), (2 * p + c, rb)]
                         else:
                             dst = gQt[(0, None), (n, mb)]
-                        mSt[s_off] = Uint8(self.quantize(v, dst, enc_t, inv_t))
+                        sc = self.quantize(v, dst, enc_t, inv_t, tables[1])
+                    if cutlass.const_expr(sS is not None):
+                        sS[1][chunk_offset(n, mb)] = Uint8(sc)
                     else:
-                        mSt[s_off] = Uint8(0)
+                        mSt[scale_offset(n, mb, cols_c, self.swizzled)] = Uint8(sc)
         if cutlass.const_expr(self.cfg.exact_tiles):
             cute.arch.sync_threads()
             segs = self.row_bytes // 16
@@ -223,13 +240,19 @@ class TiledQuantizeKernel:
                     seg = cute.make_rmem_tensor(16, Uint8)
                     cute.autovec_copy(sQs[(0, None), (nl, idx % segs)], seg)
                     cute.autovec_copy(seg, gQs[(0, None), (k0 + nl, tm * segs + idx % segs)])
+            if cutlass.const_expr(sS is not None):
+                if cutlass.const_expr(self.cfg.rowwise):
+                    if k0 // B < cols_r:  # tiles of the columnwise padding have no rowwise scales
+                        store_pieces(sS[0], mS, m0, k0 // B, cols_r, TILE_M, self.row_blocks, tidx, THREADS)
+                store_pieces(sS[1], mSt, k0, m0 // B, cols_c, self.tile_k, TILE_M // B, tidx, THREADS)
 
     @cute.jit
-    def quantize(self, v: cute.Tensor, dst: cute.Tensor, enc_g: Float32, inv_g: Float32) -> Uint32:
+    def quantize(self, v: cute.Tensor, dst: cute.Tensor, enc_g: Float32, inv_g: Float32,
+                 table: cute.Tensor) -> Uint32:
         """Quantize one register block of the input dtype into `dst`; return its scale byte."""
         if cutlass.const_expr(v.element_type == Float32):
-            return self.q.quantize(v, dst, enc_g, inv_g)
-        return self.q.quantize(widen(v), dst, enc_g, inv_g, v)
+            return self.q.quantize(v, dst, enc_g, inv_g, None, table)
+        return self.q.quantize(widen(v), dst, enc_g, inv_g, v, table)
 
     @cute.jit
     def gather_pair(self, sT: cute.Tensor, r0: Int32, p: Int32):

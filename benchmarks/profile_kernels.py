@@ -1,0 +1,47 @@
+"""Launch a few kernelforge kernels once each inside NVTX ranges, for Nsight Compute.
+
+    ncu --clock-control none --nvtx --nvtx-include "kf/" --section SpeedOfLight \
+        --section WarpStateStats --section SchedulerStats --section Occupancy \
+        python benchmarks/profile_kernels.py dual:nvfp4:16384:8192 rmsnorm:nvfp4:16384:1536
+
+Each case is `kind:format:M:K` with kind one of row, col, dual, rmsnorm; inputs are random bf16,
+scales swizzled. Warm-up calls run outside the ranges, so only the measured launch is profiled.
+"""
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+import kernelforge  # noqa: E402
+
+
+def case_fn(spec: str):
+    kind, fmt, m, k = spec.split(":")
+    x = torch.randn(int(m), int(k), device="cuda", dtype=torch.bfloat16)
+    a: dict = {"layout": "swizzled"}
+    if fmt == "nvfp4":
+        a["global_scale"] = kernelforge.nvfp4_global_scale(x)
+    if kind == "rmsnorm":
+        w = torch.randn(int(k), device="cuda", dtype=torch.bfloat16)
+        return lambda: kernelforge.rmsnorm_quantize(x, w, fmt, **a)
+    opts = {"row": {}, "col": {"rowwise": False, "columnwise": True}, "dual": {"columnwise": True}}[kind]
+    return lambda: kernelforge.quantize(x, fmt, **opts, **a)
+
+
+def main(specs: list[str]) -> None:
+    for spec in specs:
+        fn = case_fn(spec)
+        fn()
+        torch.cuda.synchronize()
+        print("profiling", spec, flush=True)
+        torch.cuda.nvtx.range_push("kf")
+        fn()
+        torch.cuda.nvtx.range_pop()
+        torch.cuda.synchronize()
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
