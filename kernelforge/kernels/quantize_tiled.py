@@ -19,7 +19,7 @@ from dataclasses import dataclass
 import cuda.bindings.driver as cuda
 import cutlass
 import cutlass.cute as cute
-from cutlass import Float32, Int32, Uint8, Uint32
+from cutlass import Float32, Int32, Uint8, Uint32, Uint64
 
 from ..formats import Format
 from . import convert as cv
@@ -56,7 +56,9 @@ class TiledQuantizeKernel:
         self.row_blocks = TILE_BLOCKS
         self.tile_k = TILE_BLOCKS * self.block
         self.pairs = self.tile_k // 2  # column pairs of a tile
-        self.row_jobs = TILE_M * self.row_blocks // THREADS  # row blocks per thread
+        self.row_jobs = TILE_M * self.row_blocks // THREADS  # row blocks per thread: rows 2i, 2i+1
+        assert self.row_jobs == 2, "a thread loads one block of a pair of rows"
+        self.pair_pitch = self.tile_k + 16  # words per row pair of a 16-bit tile (= 16 mod 32 banks)
         self.col_jobs = TILE_M // self.block * self.pairs // THREADS  # column-pair blocks per thread
         self.swizzled = cfg.layout == "swizzled"
         self.row_bytes = TILE_M * cfg.fmt.element_bits // 8  # columnwise bytes of one column of a tile
@@ -86,14 +88,35 @@ class TiledQuantizeKernel:
         # M tiles on x (no launch limit), K tiles on y (<= 65535, checked by the op): consecutive
         # CTAs then write consecutive bytes of the same transposed rows.
         grid = [(m_ext + (TILE_M - 1)) // TILE_M, (k_ext + (self.tile_k - 1)) // self.tile_k, 1]
-        smem = TILE_M * self.pitch(mX.element_type) * (mX.element_type.width // 8) + 2 * CHUNK_BYTES + 2 * 4 * FACTOR_TABLE
+        smem = self.tile_bytes(mX.element_type) + 2 * CHUNK_BYTES + 2 * 4 * FACTOR_TABLE
         self.kernel(mX, mQ, mS, mQt, mSt, mG, mGt, sign_mask).launch(
             grid=grid, block=[THREADS, 1, 1], smem=smem, stream=stream
         )
 
     def pitch(self, dtype) -> int:
-        """Elements per shared-memory tile row (padded)."""
+        """Elements per shared-memory tile row of an fp32 tile (padded)."""
         return self.tile_k + SMEM_PAD_BYTES * 8 // dtype.width
+
+    def tile_bytes(self, dtype) -> int:
+        """Shared memory of the input tile: row-major (fp32) or row-pair interleaved (16-bit)."""
+        if dtype.width == 16:
+            return TILE_M // 2 * self.pair_pitch * 4
+        return TILE_M * self.pitch(dtype) * dtype.width // 8
+
+    @cute.jit
+    def pair_word(self, p: Int32) -> Int32:
+        """Word offset of column pair p inside a row pair of a 16-bit tile.
+
+        A row pair keeps, for each column pair p, the words of rows 2i and 2i+1 side by side
+        (one 64-bit load then gathers both rows of a column pair). The 16-byte chunks of a
+        block are rotated by the block index, so that the four threads that park the four
+        blocks of a row pair write different banks at every step.
+        """
+        half = self.block // 2  # words of a block row
+        chunks = self.block // 4  # 16-byte chunks of a block (two rows)
+        kb = p // half
+        c = (p % half) // 2
+        return 4 * (kb * chunks + (c + kb) % chunks) + 2 * (p % 2)
 
     @cute.kernel
     def kernel(self, mX: cute.Tensor, mQ: cute.Tensor, mS: cute.Tensor, mQt: cute.Tensor,
@@ -102,7 +125,11 @@ class TiledQuantizeKernel:
         bidx, tk, _ = cute.arch.block_idx()
         dtype = mX.element_type
         smem = cutlass.utils.SmemAllocator()
-        sT = smem.allocate_tensor(dtype, cute.make_layout((TILE_M, self.tile_k), stride=(self.pitch(dtype), 1)), 16)
+        if cutlass.const_expr(dtype.width == 16):
+            sT = smem.allocate_tensor(Uint32, cute.make_layout((TILE_M // 2, self.pair_pitch),
+                                                                 stride=(self.pair_pitch, 1)), 16)
+        else:
+            sT = smem.allocate_tensor(dtype, cute.make_layout((TILE_M, self.tile_k), stride=(self.pitch(dtype), 1)), 16)
         sQ = None
         sS = None
         if cutlass.const_expr(self.cfg.exact_tiles):
@@ -127,6 +154,11 @@ class TiledQuantizeKernel:
         self.process_tile(mX, mQ, mS, mQt, mSt, sT, sQ, sS, factors, tables, sign_mask, raws, fulls, bidx, tk, tidx)
 
     @cute.jit
+    def job_row(self, j: int, tidx: Int32) -> Int32:
+        """Tile row of the thread's row block j (the thread's block column is tidx % row_blocks)."""
+        return 2 * (tidx // self.row_blocks) + j
+
+    @cute.jit
     def load_tile(self, mX: cute.Tensor, tm: Int32, tk: Int32, tidx: Int32):
         """The thread's row blocks of tile (tm, tk) in registers (zeros outside x), and which are whole."""
         B = self.block
@@ -137,9 +169,8 @@ class TiledQuantizeKernel:
         raws = []
         fulls = []
         for j in cutlass.range_constexpr(self.row_jobs):
-            job = j * THREADS + tidx
-            r = tm * TILE_M + job // self.row_blocks
-            kb = tk * self.row_blocks + job % self.row_blocks
+            r = tm * TILE_M + self.job_row(j, tidx)
+            kb = tk * self.row_blocks + tidx % self.row_blocks
             raw = cute.make_rmem_tensor(B, dtype)
             full = r < m_rows and (kb + 1) * B <= k_cols
             if full:
@@ -168,18 +199,14 @@ class TiledQuantizeKernel:
         (enc_g, inv_g), (enc_t, inv_t) = factors
         # Park the row blocks in shared memory, then (after the barrier that also publishes
         # NVFP4's factor tables) quantize them rowwise from registers.
-        sX = cute.zipped_divide(sT, (1, B))
-        for j in cutlass.range_constexpr(self.row_jobs):
-            job = j * THREADS + tidx
-            cute.autovec_copy(raws[j], sX[(0, None), (job // self.row_blocks, job % self.row_blocks)])
+        self.park(sT, raws, tidx)
         cute.arch.sync_threads()
         if cutlass.const_expr(self.cfg.rowwise):
             rows_r, cols_r = scale_grid(m_rows, k_cols // B, self.swizzled)
             gQ = cute.zipped_divide(mQ, (1, self.q.out_bytes))
             for j in cutlass.range_constexpr(self.row_jobs):
-                job = j * THREADS + tidx
-                r = m0 + job // self.row_blocks
-                kb = k0 // B + job % self.row_blocks
+                r = m0 + self.job_row(j, tidx)
+                kb = k0 // B + tidx % self.row_blocks
                 if r < rows_r and kb < cols_r:
                     sc = Uint32(0)  # swizzle padding is always written as zero
                     if fulls[j]:
@@ -202,7 +229,7 @@ class TiledQuantizeKernel:
         gathered = []
         for j in cutlass.range_constexpr(self.col_jobs):
             job = j * THREADS + tidx
-            gathered.append(self.gather_pair(sT, job // self.pairs * B, job % self.pairs))
+            gathered.append(self.gather_pair(sT, job // self.pairs * B, job % self.pairs, mX.element_type))
         if cutlass.const_expr(self.cfg.exact_tiles):
             cute.arch.sync_threads()  # every thread has read the tile: its memory becomes the staging buffer
         for j in cutlass.range_constexpr(self.col_jobs):
@@ -255,27 +282,56 @@ class TiledQuantizeKernel:
         return self.q.quantize(widen(v), dst, enc_g, inv_g, v, table)
 
     @cute.jit
-    def gather_pair(self, sT: cute.Tensor, r0: Int32, p: Int32):
+    def park(self, sT: cute.Tensor, raws, tidx: Int32):
+        """Write the thread's two row blocks (rows 2i, 2i+1 of one block column) to the tile."""
+        kb = tidx % self.row_blocks
+        i = tidx // self.row_blocks
+        if cutlass.const_expr(sT.element_type == Float32):
+            sX = cute.zipped_divide(sT, (1, self.block))
+            for j in cutlass.range_constexpr(self.row_jobs):
+                cute.autovec_copy(raws[j], sX[(0, None), (2 * i + j, kb)])
+        else:
+            a = cute.recast_tensor(raws[0], Uint32)
+            b = cute.recast_tensor(raws[1], Uint32)
+            sC = cute.zipped_divide(sT, (1, 4))  # 16-byte chunks
+            chunks = self.block // 4
+            for c in cutlass.range_constexpr(chunks):
+                chunk = cute.make_rmem_tensor(4, Uint32)
+                chunk[0] = a[2 * c]
+                chunk[1] = b[2 * c]
+                chunk[2] = a[2 * c + 1]
+                chunk[3] = b[2 * c + 1]
+                cute.autovec_copy(chunk, sC[(0, None), (i, kb * chunks + (c + kb) % chunks)])
+
+    @cute.jit
+    def gather_pair(self, sT: cute.Tensor, r0: Int32, p: Int32, dtype: cutlass.Constexpr):
         """Columns 2p and 2p+1 of tile rows r0 .. r0+B-1 as two register blocks of the input dtype.
 
-        For 16-bit inputs one 32-bit shared load per row holds both columns; byte permutes
-        regroup them into row pairs per column (the packed form BlockQuantizer takes).
+        For 16-bit inputs one 64-bit shared load per row pair holds both columns of both rows;
+        byte permutes regroup them into row pairs per column (the packed form BlockQuantizer
+        takes).
         """
         B = self.block
-        dtype = sT.element_type
-        a = cute.make_rmem_tensor(B, dtype)
-        b = cute.make_rmem_tensor(B, dtype)
+        a = None
+        b = None
         if cutlass.const_expr(dtype == Float32):
+            a = cute.make_rmem_tensor(B, Float32)
+            b = cute.make_rmem_tensor(B, Float32)
             for i in cutlass.range_constexpr(B):
                 a[i] = sT[r0 + i, 2 * p]
                 b[i] = sT[r0 + i, 2 * p + 1]
         else:
-            sW = cute.recast_tensor(sT, Uint32)
+            a = cute.make_rmem_tensor(B, dtype)
+            b = cute.make_rmem_tensor(B, dtype)
+            sD = cute.make_tensor(cute.recast_ptr(sT.iterator, dtype=Uint64),
+                                  cute.make_layout((TILE_M // 2, self.pair_pitch // 2), stride=(self.pair_pitch // 2, 1)))
+            col = self.pair_word(p) // 2
             aw = cute.recast_tensor(a, Uint32)
             bw = cute.recast_tensor(b, Uint32)
             for i in cutlass.range_constexpr(B // 2):
-                lo = sW[r0 + 2 * i, p]
-                hi = sW[r0 + 2 * i + 1, p]
+                both = sD[r0 // 2 + i, col]
+                lo = Uint32(both)  # row 2i: columns 2p, 2p+1
+                hi = Uint32(both >> Uint64(32))  # row 2i+1
                 aw[i] = cv.prmt(lo, hi, 0x5410)  # low halves: column 2p of rows 2i, 2i+1
                 bw[i] = cv.prmt(lo, hi, 0x7632)  # high halves: column 2p+1
         return a, b

@@ -19,7 +19,7 @@ from cutlass import Float32, Int32, Uint8, Uint32
 from ..formats import Format
 from . import convert as cv
 from . import dsmem
-from .blockscale import FACTOR_TABLE, BlockQuantizer, byte_views, scale_grid, scale_offset, widen
+from .blockscale import BlockQuantizer, byte_views, scale_grid, scale_offset, widen
 
 WARP = 32
 MIN_CTA_THREADS = 128  # small rows pack into CTAs of at least this many threads
@@ -70,9 +70,7 @@ class RMSNormQuantizeKernel:
         mQ, mS = byte_views(mQ, mS)
         n_rows, n_cols = scale_grid(mX.shape[0], mX.shape[1] // self.block, self.swizzled)
         grid = (n_rows + (self.cta_rows - 1)) // self.cta_rows * self.cfg.cluster
-        smem = 512 if self.syncs_in_row_sum() else 0  # >= the partial-sum arrays
-        if cutlass.const_expr(self.q.nvfp4):
-            smem += 4 * FACTOR_TABLE
+        smem = 512 if self.row_warps > 1 or self.cfg.cluster > 1 else 0  # >= the partial-sum arrays
         if cutlass.const_expr(self.cfg.cluster > 1):
             self.kernel(mX, mR, mW, mQ, mS, mG, eps, n_rows, n_cols).launch(
                 grid=[grid, 1, 1], block=[self.threads, 1, 1], cluster=[self.cfg.cluster, 1, 1],
@@ -121,20 +119,11 @@ class RMSNormQuantizeKernel:
                 for j in cutlass.range_constexpr(B):
                     sumsq = sumsq + v[j] * v[j]
 
-        smem = cutlass.utils.SmemAllocator()
-        # NVFP4: the factor table (after the loads are in flight; the row sum's barrier, or
-        # the one below, publishes it before pass 2 reads it).
-        enc_g, inv_g = self.q.global_factors(mG)
-        table = None
-        if cutlass.const_expr(self.q.nvfp4):
-            table = smem.allocate_tensor(Float32, cute.make_layout(FACTOR_TABLE), 16)
-            self.q.fill_factor_table(table, inv_g, tidx, self.threads)
-        sumsq = self.row_sum(smem, sumsq, tidx, bidx)
-        if cutlass.const_expr(self.q.nvfp4 and not self.syncs_in_row_sum()):
-            cute.arch.sync_threads()
+        sumsq = self.row_sum(sumsq, tidx, bidx)
         rstd = cv.rcp_rn(cv.sqrt_rn(cv.div_rn(sumsq, Float32(hidden)) + eps))
 
         # Pass 2: normalize, round to the input dtype, quantize; zero the scale padding.
+        enc_g, inv_g = self.q.global_factors(mG)
         for i in cutlass.range_constexpr(self.units):
             b = lane + i * stride
             if row < n_rows and b < n_cols:
@@ -149,19 +138,16 @@ class RMSNormQuantizeKernel:
                     for j in cutlass.range_constexpr(B // 2):
                         yw[j] = cv.pack_half2((hf[2 * j] * rstd) * wf[2 * j],
                                               (hf[2 * j + 1] * rstd) * wf[2 * j + 1], is_bf16)
-                    mS[s_off] = Uint8(self.q.quantize(widen(y16), gQ[(0, None), (row, b)], enc_g, inv_g, y16, table))
+                    mS[s_off] = Uint8(self.q.quantize(widen(y16), gQ[(0, None), (row, b)], enc_g, inv_g, y16))
                 else:
                     mS[s_off] = Uint8(0)
 
-    def syncs_in_row_sum(self) -> bool:
-        """Whether `row_sum` has a CTA barrier (rows over several warps or CTAs)."""
-        return self.row_warps > 1 or self.cfg.cluster > 1
-
     @cute.jit
-    def row_sum(self, smem, v: Float32, tidx: Int32, bidx: Int32) -> Float32:
+    def row_sum(self, v: Float32, tidx: Int32, bidx: Int32) -> Float32:
         """Sum `v` over every thread of a row (fixed order: deterministic, equal on all CTAs)."""
         v = cute.arch.warp_reduction_sum(v, threads_in_group=min(self.row_threads, WARP))
-        if cutlass.const_expr(self.syncs_in_row_sum()):
+        if cutlass.const_expr(self.row_warps > 1 or self.cfg.cluster > 1):
+            smem = cutlass.utils.SmemAllocator()
             parts = smem.allocate_tensor(Float32, cute.make_layout(self.cta_rows * self.row_warps), 16)
             warp = tidx // WARP
             if tidx % WARP == 0:
