@@ -36,11 +36,27 @@ def byte_views(mQ: cute.Tensor, mS: cute.Tensor):
 
 @cute.jit
 def scale_offset(m: Int32, k: Int32, n_cols: Int32, swizzled: cutlass.Constexpr[bool]) -> Int32:
-    """Flat byte offset of scale (row m, scale column k): row-major, or 128x4 swizzled."""
+    """Flat byte offset of scale (row m >= 0, scale column k >= 0): row-major, or 128x4 swizzled."""
     off = m * n_cols + k
     if cutlass.const_expr(swizzled):
-        off = (m // 128) * n_cols * 128 + (k // 4) * 512 + (m % 32) * 16 + ((m % 128) // 32) * 4 + k % 4
+        # Shifts and masks, not // and %: the indices are never negative, and signed division
+        # costs about a dozen instructions per scale byte.
+        off = (m >> 7) * (n_cols << 7) + ((k >> 2) << 9) + chunk_offset(m, k)
     return off
+
+
+@cute.jit
+def chunk_offset(m: Int32, k: Int32) -> Int32:
+    """Byte offset of scale (row m, column k) inside its 512-byte 128x4 swizzle chunk."""
+    return ((m & 31) << 4) + (((m >> 5) & 3) << 2) + (k & 3)
+
+
+def _max_abs_tree(words: list, is_bf16: bool) -> Uint32:
+    """Per-half max of |words| as a tree, not a chain: independent maxes issue back to back.
+    (Plain Python, unrolled while tracing.)"""
+    while len(words) > 1:
+        words = [cv.max_abs_half2(words[i], words[i + 1], is_bf16) for i in range(0, len(words), 2)]
+    return words[0]
 
 
 class BlockQuantizer:
@@ -108,12 +124,18 @@ class BlockQuantizer:
                 amax_bits = cv.umax(amax_bits, cv.f32_bits(x[i]) & cv.ABS_MASK)
         else:
             packed = cute.recast_tensor(x16, Uint32)
-            mag = cute.make_rmem_tensor(self.block // 2, Uint32)
-            acc = Uint32(0)
-            for i in cutlass.range_constexpr(self.block // 2):
-                mag[i] = packed[i] & Uint32(cv.HALF2_ABS_MASK)
-                acc = cv.max_u16x2(acc, mag[i])
-            amax_bits = cv.half_amax_bits(acc, x16.element_type == cutlass.BFloat16)
+            is_bf16 = x16.element_type == cutlass.BFloat16
+            if cutlass.const_expr(self.fmt.element == "e2m1" and not self.nvfp4):
+                # MX FP4 rounds the magnitudes two at a time: it needs them anyway.
+                mag = cute.make_rmem_tensor(self.block // 2, Uint32)
+                acc = Uint32(0)
+                for i in cutlass.range_constexpr(self.block // 2):
+                    mag[i] = packed[i] & Uint32(cv.HALF2_ABS_MASK)
+                    acc = cv.max_u16x2(acc, mag[i])
+                amax_bits = cv.half_amax_bits(acc, is_bf16)
+            else:
+                words = [packed[i] for i in range(self.block // 2)]
+                amax_bits = cv.half2_amax_bits(_max_abs_tree(words, is_bf16), is_bf16)
 
         out = cute.make_rmem_tensor(self.out_bytes, Uint8)
         words = cute.recast_tensor(out, Uint32)
@@ -130,7 +152,13 @@ class BlockQuantizer:
                     enc = self.element_factor(scale, inv_g)
             if amax_bits >= Uint32(cv.INF_BITS):
                 scale = Uint32(self.fmt.nan_scale_byte)
-            self.pack(x, x16, mag, enc, words)
+            # |x| * enc <= amax * enc (rounding is monotone): below 7 the E2M1 rounding needs no
+            # clamp at 6, one instruction less per element. Only saturated or underflowed scales
+            # and NaN/Inf blocks take the clamping path.
+            if cv.mul_rn(cv.bits_f32(amax_bits), enc) < Float32(7.0):
+                self.pack(x, x16, mag, enc, words, True)
+            else:
+                self.pack(x, x16, mag, enc, words)
         else:
             if cutlass.const_expr(self.scale_mode == "rceil"):
                 scale = cv.ue8m0_rceil(amax_bits, 1.0 / self.fmt.maxv)
@@ -142,7 +170,7 @@ class BlockQuantizer:
 
     @cute.jit
     def pack(self, x: cute.Tensor, x16: cute.Tensor, mag: cute.Tensor, factor: Float32,
-             words: cute.Tensor):
+             words: cute.Tensor, below7: cutlass.Constexpr[bool] = False):
         """Convert x * factor to the element format and pack it into 32-bit words."""
         if cutlass.const_expr(self.fmt.element == "e4m3"):
             for w in cutlass.range_constexpr(self.block // 4):
@@ -154,12 +182,13 @@ class BlockQuantizer:
                 )
         else:
             for w in cutlass.range_constexpr(self.block // 8):
-                words[w] = self.e2m1_word(x, x16, mag, factor, 8 * w)
+                words[w] = self.e2m1_word(x, x16, mag, factor, 8 * w, below7)
 
     @cute.jit
     def e2m1_word(self, x: cute.Tensor, x16: cute.Tensor, mag: cute.Tensor, factor: Float32,
-                  base: cutlass.Constexpr[int]) -> Uint32:
-        """Eight E2M1 codes of x[base:base+8] * factor in one word (element base in bits 0-3).
+                  base: cutlass.Constexpr[int], below7: cutlass.Constexpr[bool] = False) -> Uint32:
+        """Eight E2M1 codes of x[base:base+8] * factor in one word (element base in bits 0-3);
+        `below7`: every |x| * factor is known to be below 7 (no saturation needed).
 
         Indices and signs are first gathered by byte permutes into U/V = bytes [e0, e2, e1, e3]
         of each group of four, then interleaved into nibbles: about 1.5 instructions per
@@ -185,7 +214,10 @@ class BlockQuantizer:
                     r.append(cv.e2m1_index_x2(s, is_bf16))
                 u = cv.prmt(r[0], r[1], 0x6240)  # lo/hi indices sit in bytes 0 and 2
             else:
-                r = [cv.e2m1_index(cv.mul_rn(x[i0 + k], factor)) for k in range(4)]
+                if cutlass.const_expr(below7):
+                    r = [cv.e2m1_index_below7(cv.mul_abs_rn(x[i0 + k], factor)) for k in range(4)]
+                else:
+                    r = [cv.e2m1_index(cv.mul_rn(x[i0 + k], factor)) for k in range(4)]
                 u = cv.prmt(cv.prmt(r[0], r[1], 0x40), cv.prmt(r[2], r[3], 0x40), 0x5140)
             if cutlass.const_expr(x16 is not None):
                 packed = cute.recast_tensor(x16, Uint32)

@@ -67,6 +67,33 @@ def max_u16x2(a: Uint32, b: Uint32, *, loc=None, ip=None) -> Uint32:
 
 
 @dsl_user_op
+def max_abs_half2(a: Uint32, b: Uint32, is_bf16: bool, *, loc=None, ip=None) -> Uint32:
+    """Per half max(|a|, |b|) of bf16x2/f16x2 words, NaN if either is NaN; the sign bits are junk
+    (xor of the operands' signs). One instruction where an abs mask and an integer max take 1.5."""
+    sfx = "bf16x2" if is_bf16 else "f16x2"
+    return Uint32(
+        _asm(T.i32(), [_u32(a, loc, ip), _u32(b, loc, ip)], f"max.NaN.xorsign.abs.{sfx} $0, $1, $2;",
+             "=r,r,r", loc, ip)
+    )
+
+
+@dsl_user_op
+def half2_amax_bits(acc: Uint32, is_bf16: bool, *, loc=None, ip=None) -> Uint32:
+    """fp32 |x| bits of the larger magnitude of the two halves of a `max_abs_half2` result."""
+    sfx = "bf16x2" if is_bf16 else "f16x2"
+    if is_bf16:
+        tail = "and.b32 $0, m, 0x7FFF0000; }"
+    else:
+        tail = ("{ .reg .b16 l, h; .reg .f32 f; mov.b32 {l, h}, m; cvt.f32.f16 f, h; mov.b32 $0, f; }\n"
+                "and.b32 $0, $0, 0x7FFFFFFF; }")
+    return Uint32(
+        _asm(T.i32(), [_u32(acc, loc, ip)],
+             "{ .reg .b32 s, m; prmt.b32 s, $1, $1, 0x1032;\n"
+             f"max.NaN.xorsign.abs.{sfx} m, $1, s;\n" + tail, "=r,r", loc, ip)
+    )
+
+
+@dsl_user_op
 def half_amax_bits(acc: Uint32, is_bf16: bool, *, loc=None, ip=None) -> Uint32:
     """fp32 bits of the larger 16-bit half of acc (bf16 or fp16 magnitude bits; NaN/Inf kept)."""
     if is_bf16:
@@ -167,6 +194,17 @@ def div_rn(a: Float32, b: Float32, *, loc=None, ip=None) -> Float32:
 E2M1_F32_M0 = (0x40000000 - 127 * 8388610) % (1 << 32)  # M = E * (2^23 + 2) + this, E = biased exp
 
 
+_E2M1_ROUND = (  # a (>= 0, <= 7 when rounded) -> index in bits 0-2 of $0
+    "max.f32 t, a, 0f3F800000;\n"  # exponent of t is 127 + e
+    "mov.b32 e, t;\n"
+    "shr.u32 e, e, 23;\n"
+    f"mad.lo.u32 mb, e, 8388610, {E2M1_F32_M0};\n"  # bits of 2^(e+1) plus 2e ulps
+    "mov.b32 m, mb;\n"
+    "fma.rn.f32 r, a, 0f35000000, m;\n"  # a * 2^-21 + M, one rounding
+    "mov.b32 $0, r; }"
+)
+
+
 @dsl_user_op
 def e2m1_index(y: Float32, *, loc=None, ip=None) -> Uint32:
     """E2M1 magnitude index of fp32 y (RNE, satfinite) in bits 0-2; bits 3-22 are zero."""
@@ -177,17 +215,30 @@ def e2m1_index(y: Float32, *, loc=None, ip=None) -> Uint32:
             "{ .reg .f32 a, t, m, r; .reg .b32 e, mb;\n"
             "abs.f32 a, $1;\n"
             "min.f32 a, a, 0f40C00000;\n"  # satfinite at 6.0
-            "max.f32 t, a, 0f3F800000;\n"  # exponent of t is 127 + e
-            "mov.b32 e, t;\n"
-            "shr.u32 e, e, 23;\n"
-            f"mad.lo.u32 mb, e, 8388610, {E2M1_F32_M0};\n"  # bits of 2^(e+1) plus 2e ulps
-            "mov.b32 m, mb;\n"
-            "fma.rn.f32 r, a, 0f35000000, m;\n"  # a * 2^-21 + M, one rounding
-            "mov.b32 $0, r; }",
+            + _E2M1_ROUND,
             "=r,f",
             loc,
             ip,
         )
+    )
+
+
+@dsl_user_op
+def e2m1_index_below7(a: Float32, *, loc=None, ip=None) -> Uint32:
+    """`e2m1_index` of a value 0 <= a < 7, without the saturation: a in (6, 7) rounds to the
+    top index 7 by itself (its grid step is 2), so blocks known to stay below 7 skip the clamp."""
+    return Uint32(
+        _asm(T.i32(), [_f32(a, loc, ip)], "{ .reg .f32 a, t, m, r; .reg .b32 e, mb;\nmov.f32 a, $1;\n" + _E2M1_ROUND,
+             "=r,f", loc, ip)
+    )
+
+
+@dsl_user_op
+def mul_abs_rn(x: Float32, f: Float32, *, loc=None, ip=None) -> Float32:
+    """|x| * f, correctly rounded, never contracted (one FMUL with an abs operand)."""
+    return Float32(
+        _asm(T.f32(), [_f32(x, loc, ip), _f32(f, loc, ip)],
+             "{ .reg .f32 a; abs.f32 a, $1; mul.rn.f32 $0, a, $2; }", "=f,f,f", loc, ip)
     )
 
 

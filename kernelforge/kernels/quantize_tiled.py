@@ -23,8 +23,8 @@ from cutlass import Float32, Int32, Uint8, Uint32, Uint64
 
 from ..formats import Format
 from . import convert as cv
-from .blockscale import FACTOR_TABLE, BlockQuantizer, byte_views, scale_grid, scale_offset, widen
-from .scale_tile import CHUNK_BYTES, chunk_offset, store_pieces
+from .blockscale import FACTOR_TABLE, BlockQuantizer, byte_views, chunk_offset, scale_grid, scale_offset, widen
+from .scale_tile import CHUNK_BYTES, store_pieces
 
 TILE_M = 64  # rows per tile: whole column blocks of every format (B = 16 or 32)
 TILE_BLOCKS = 4  # scale blocks per tile row: one swizzle column group (128 MX / 64 NVFP4 columns,

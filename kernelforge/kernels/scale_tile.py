@@ -17,12 +17,6 @@ CHUNK_BYTES = 512
 
 
 @cute.jit
-def chunk_offset(m: Int32, k: Int32) -> Int32:
-    """Byte offset of scale (row m, column k) inside its 512-byte swizzle chunk."""
-    return (m % 32) * 16 + ((m % 128) // 32) * 4 + k % 4
-
-
-@cute.jit
 def store_pieces(sS: cute.Tensor, mS: cute.Tensor, r0: Int32, c0: Int32, n_cols: Int32,
                  rows: cutlass.Constexpr[int], cols: cutlass.Constexpr[int], tidx: Int32,
                  threads: cutlass.Constexpr[int]):
@@ -30,12 +24,12 @@ def store_pieces(sS: cute.Tensor, mS: cute.Tensor, r0: Int32, c0: Int32, n_cols:
     piece_type = Uint32 if cutlass.const_expr(cols == 4) else Uint16
     groups = rows // 32
     pieces = 32 * groups
-    base = scale_offset(r0 - r0 % 128, c0 - c0 % 4, n_cols, True)
+    base = scale_offset(r0 & ~127, c0 & ~3, n_cols, True)
     src = cute.recast_tensor(sS, piece_type)
     dst = cute.make_tensor(cute.recast_ptr(mS.iterator, dtype=piece_type),
                            cute.make_layout(cute.size(mS) // cols))
     for j in cutlass.range_constexpr((pieces + threads - 1) // threads):
         t = j * threads + tidx
         if t < pieces:
-            off = (t // groups) * 16 + ((r0 % 128) // 32 + t % groups) * 4 + c0 % 4
+            off = (t // groups) * 16 + (((r0 & 127) >> 5) + t % groups) * 4 + (c0 & 3)
             dst[(base + off) // cols] = src[off // cols]

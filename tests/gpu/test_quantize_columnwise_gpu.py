@@ -112,6 +112,13 @@ def test_special_values_and_poisoned_outputs(fmt, mode, poison):
                poison(torch.empty(-(-k // 128) * 128, max(4, m // b), dtype=s_dt, device="cuda")))
         res = _check_dual(xd, fmt, mode, "swizzled", _g(fmt), True, out=out, what=str(dtype))
         assert all(r is o for r, o in zip(res, out))
+        if f.has_global_scale:
+            # Underflowing (subnormal) and saturating block scales: elements past 6 after
+            # scaling, the kernels' clamping path rather than the common one.
+            for gv in (1e-6, 3e30):
+                g = torch.tensor([gv], device="cuda")
+                for layout in ("linear", "swizzled"):
+                    _check_dual(xd, fmt, mode, layout, g, True, what=f"{dtype} g={gv}")
 
 
 def test_3d_input_empty_and_errors():
