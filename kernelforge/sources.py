@@ -17,7 +17,7 @@ KERNELS_DIR = PACKAGE_DIR / "kernels"
 SHARED_SOURCES: tuple[str, ...] = ("formats.py", "kernels/convert.py", "kernels/blockscale.py")
 OP_SOURCES: dict[str, tuple[str, ...]] = {
     "quantize": ("kernels/quantize.py",),
-    "rmsnorm_quantize": ("kernels/dsmem.py", "kernels/rmsnorm_quantize.py"),
+    "rmsnorm_quantize": ("kernels/dsmem.py", "kernels/prefetch.py", "kernels/rmsnorm_quantize.py"),
     "quantize_grouped": ("kernels/quantize_grouped.py",),
     "quantize_columnwise": ("kernels/scale_tile.py", "kernels/quantize_tiled.py"),
 }

@@ -20,6 +20,7 @@ from ..formats import Format
 from . import convert as cv
 from . import dsmem
 from .blockscale import BlockQuantizer, byte_views, scale_grid, scale_offset, widen
+from .prefetch import prefetch_l1
 
 WARP = 32
 MIN_CTA_THREADS = 128  # small rows pack into CTAs of at least this many threads
@@ -125,6 +126,14 @@ class RMSNormQuantizeKernel:
                         self.add_residual(mR, h[i], res[i], row, b)
                 sumsq = self.sum_squares(h[i], sumsq)  # zeros outside the row
         else:
+            # Per block, but with every later block of x and every weight block prefetched into
+            # L1 first: no registers held, and each load then waits on L1 instead of memory.
+            for i in cutlass.range_constexpr(self.units):
+                b = lane + i * stride
+                if row < m_rows and b < k_blocks:
+                    if cutlass.const_expr(i > 0):
+                        prefetch_l1(cute.zipped_divide(mX, (1, B))[(0, None), (row, b)])
+                    prefetch_l1(gW[(None,), b])
             for i in cutlass.range_constexpr(self.units):
                 b = lane + i * stride
                 if row < m_rows and b < k_blocks:

@@ -11,7 +11,8 @@ from . import _common as c
 
 RHT_SIZE = 16
 RHT_SIGN_MASK = 0xD7E8  # NUMERICS.md's default
-MAX_K_TILES = 65535  # K tiles run on the grid's y dimension
+MAX_M_TILES = 65535  # M tiles run on the grid's y dimension
+TILE_M = 64  # rows per tile of the kernels (kernels/quantize_tiled.py)
 TILE_BLOCKS = 4  # scale blocks per tile row of the kernels (kernels/quantize_tiled.py)
 
 
@@ -86,8 +87,9 @@ def run(x: torch.Tensor, fmt: Format, mode: str, layout: str, data_dtype: torch.
                          f"block size B = {b} for columnwise quantization")
     if k and x.stride(-1) != 1:
         raise ValueError(f"x: the last dimension must be contiguous (stride 1), got stride {x.stride(-1)}")
-    if -(-k // (TILE_BLOCKS * b)) > MAX_K_TILES:
-        raise ValueError(f"x: K = {k} is too large for columnwise quantization (at most {MAX_K_TILES * TILE_BLOCKS * b})")
+    if -(-m // 128) * 128 // TILE_M > MAX_M_TILES:  # the swizzled layout pads M to 128
+        raise ValueError(f"x: M = {m} rows is too many for columnwise quantization (at most "
+                         f"{(MAX_M_TILES * TILE_M) // 128 * 128})")
     for name, g in (("global_scale_row" if transform == "rht" else "global_scale", g_row),
                     ("global_scale_col", g_col)):
         if g is not None:

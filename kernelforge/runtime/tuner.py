@@ -61,6 +61,18 @@ def problem_k(op: str, cand: Candidate, block: int) -> int:
     return 4096 if kc.k_multiple_blocks % 4 == 0 else 4096 - block
 
 
+def problem_ks(op: str, cand: Candidate, block: int) -> list[int]:
+    """The K values a K-class is timed at: `problem_k`, and for a bounded class also 3/4 of its
+    bound (H = 1536 in h2k, 6144 in h8k, ...): a row with fewer blocks than the class is laid
+    out for leaves some of every candidate's threads idle, in different proportions, so the
+    choice should not rest on the class bound alone."""
+    k = problem_k(op, cand, block)
+    if not cand.kclass.max_k:
+        return [k]
+    step = block * cand.kclass.k_multiple_blocks
+    return [k, max(step, (3 * k // 4) // step * step)]
+
+
 def make_calls(op: str, coords: dict[str, str], fn: Callable, m: int, k: int, l2_bytes: int) -> list[Callable]:
     """Calls of `fn` on rotating fresh inputs of shape [m, k] (at least 4x L2 in total)."""
     fmt = FORMATS[coords["format"]]
@@ -115,17 +127,18 @@ def tune(root: Path, device_label: str | None = None, only: str = "*",
             archs.add(arch)
             toolchains.update(p.entry.get("toolchain_id", "") for p in pool)
             coords = dict(pool[0].entry["extra"]["dispatch"])
-            k = problem_k(op, pool[0], FORMATS[coords["format"]].block)
+            ks = problem_ks(op, pool[0], FORMATS[coords["format"]].block)
             fns = [table.load(p) for p in pool]
             per_bucket, times = [], []
             for m in BUCKET_SAMPLE_M:
-                us = [gpu_us(make_calls(op, coords, fn, m, k, l2)) for fn in fns]
+                # The least total time over the class's sample K values.
+                us = [sum(gpu_us(make_calls(op, coords, fn, m, k, l2)) for k in ks) for fn in fns]
                 torch.cuda.empty_cache()
                 best = min(range(len(pool)), key=us.__getitem__)
                 values = [tuning_values(op, p.entry["variant"]["axes"]) for p in pool]
                 per_bucket.append(values[best])
                 times.append({json.dumps(v, sort_keys=True): round(t, 3) for v, t in zip(values, us)})
-                log(f"{group} {kc_name} M={m} K={k}: " + ", ".join(
+                log(f"{group} {kc_name} M={m} K={'+'.join(map(str, ks))}: " + ", ".join(
                     f"{json.dumps(v, sort_keys=True)} {t:.1f} us" for v, t in zip(values, us)) + f" -> {values[best]}")
             choices.setdefault(group, {})[kc_name] = per_bucket
             timings.setdefault(group, {})[kc_name] = times

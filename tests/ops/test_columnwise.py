@@ -98,6 +98,9 @@ def test_columnwise_errors(fmt):
         kernelforge.quantize(_x(b, b), fmt, columnwise=True, out=(torch.empty(1), torch.empty(1)))
     with pytest.raises(ValueError, match="last dimension must be contiguous"):
         kernelforge.quantize(_x(4 * b, b).t(), fmt, columnwise=True)
+    rows = 65535 * 64 // 128 * 128 + 128  # one 128-row step past the grid's 65535 M tiles
+    with pytest.raises(ValueError, match=rf"M = {rows} rows is too many .*at most {rows - 128}"):
+        kernelforge.quantize(torch.zeros(1, b, dtype=torch.bfloat16).expand(rows, b), fmt, columnwise=True)
 
 
 def test_columnwise_out_buffer_checks():
