@@ -14,7 +14,8 @@ from pathlib import Path
 PACKAGE_DIR = Path(__file__).resolve().parent
 KERNELS_DIR = PACKAGE_DIR / "kernels"
 
-SHARED_SOURCES: tuple[str, ...] = ("formats.py", "kernels/convert.py", "kernels/blockscale.py")
+SHARED_SOURCES: tuple[str, ...] = ("formats.py", "kernels/convert.py", "kernels/blockscale.py",
+                                   "kernels/dependent_launch.py")
 OP_SOURCES: dict[str, tuple[str, ...]] = {
     "quantize": ("kernels/quantize.py",),
     "rmsnorm_quantize": ("kernels/dsmem.py", "kernels/prefetch.py", "kernels/rmsnorm_quantize.py"),

@@ -15,6 +15,7 @@ from cutlass import Float32, Int32, Uint8
 
 from ..formats import Format
 from .blockscale import BlockQuantizer, byte_views, scale_grid, scale_offset, widen
+from .dependent_launch import PDL, enter_dependent_grid
 
 
 @dataclass(frozen=True)
@@ -51,12 +52,13 @@ class QuantizeKernel:
         per_cta = self.cfg.threads * self.cfg.units_per_thread
         grid = (n_rows * n_cols + (per_cta - 1)) // per_cta
         self.kernel(mX, mQ, mS, mG, n_rows, n_cols).launch(
-            grid=[grid, 1, 1], block=[self.cfg.threads, 1, 1], stream=stream
+            grid=[grid, 1, 1], block=[self.cfg.threads, 1, 1], stream=stream, use_pdl=PDL
         )
 
     @cute.kernel
     def kernel(self, mX: cute.Tensor, mQ: cute.Tensor, mS: cute.Tensor, mG: cute.Tensor,
                n_rows: Int32, n_cols: Int32):
+        enter_dependent_grid()
         tidx, _, _ = cute.arch.thread_idx()
         bidx, _, _ = cute.arch.block_idx()
         m_rows = mX.shape[0]

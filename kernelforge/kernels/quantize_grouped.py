@@ -33,6 +33,7 @@ from cutlass import Float32, Int32, Uint8
 
 from ..formats import SWIZZLE_ROWS, Format
 from .blockscale import BlockQuantizer, byte_views, scale_grid, scale_offset, widen
+from .dependent_launch import PDL, enter_dependent_grid
 
 MAX_GROUPS = 1024  # groups of one `offsets` call (shared-memory tables of MAX_GROUPS + 1 entries)
 # Binary-search steps over MAX_GROUPS starts, unrolled (a loop bounded by the actual group count
@@ -101,12 +102,13 @@ class QuantizeGroupedKernel:
             # At least one CTA (with no scale byte at all it still writes scale_offsets), at most MAX_CTAS.
             grid = cutlass.min(cutlass.max(grid, 1), MAX_CTAS)
         self.kernel(mX, mOff, mQ, mS, mSO, mG, n_rows, total_rows, n_cols).launch(
-            grid=[grid, 1, 1], block=[threads, 1, 1], stream=stream
+            grid=[grid, 1, 1], block=[threads, 1, 1], stream=stream, use_pdl=PDL
         )
 
     @cute.kernel
     def kernel(self, mX: cute.Tensor, mOff: cute.Tensor, mQ: cute.Tensor, mS: cute.Tensor,
                mSO: cute.Tensor, mG: cute.Tensor, n_rows: Int32, total_rows: Int32, n_cols: Int32):
+        enter_dependent_grid()
         tidx, _, _ = cute.arch.thread_idx()
         bidx, _, _ = cute.arch.block_idx()
         if cutlass.const_expr(self.experts):

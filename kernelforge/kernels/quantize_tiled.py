@@ -24,6 +24,7 @@ from cutlass import Float32, Int32, Uint8, Uint32, Uint64
 from ..formats import Format
 from . import convert as cv
 from .blockscale import FACTOR_TABLE, BlockQuantizer, byte_views, chunk_offset, scale_grid, scale_offset, widen
+from .dependent_launch import PDL, enter_dependent_grid
 from .scale_tile import CHUNK_BYTES, store_pieces
 
 TILE_M = 64  # rows per tile: whole column blocks of every format (B = 16 or 32)
@@ -91,7 +92,7 @@ class TiledQuantizeKernel:
         grid = [(k_ext + (self.tile_k - 1)) // self.tile_k, (m_ext + (TILE_M - 1)) // TILE_M, 1]
         smem = self.tile_bytes(mX.element_type) + 2 * CHUNK_BYTES + 2 * 4 * FACTOR_TABLE
         self.kernel(mX, mQ, mS, mQt, mSt, mG, mGt, sign_mask).launch(
-            grid=grid, block=[THREADS, 1, 1], smem=smem, stream=stream
+            grid=grid, block=[THREADS, 1, 1], smem=smem, stream=stream, use_pdl=PDL
         )
 
     def pitch(self, dtype) -> int:
@@ -122,6 +123,7 @@ class TiledQuantizeKernel:
     @cute.kernel
     def kernel(self, mX: cute.Tensor, mQ: cute.Tensor, mS: cute.Tensor, mQt: cute.Tensor,
                mSt: cute.Tensor, mG: cute.Tensor, mGt: cute.Tensor, sign_mask: Int32):
+        enter_dependent_grid()
         tidx, _, _ = cute.arch.thread_idx()
         tk, bidx, _ = cute.arch.block_idx()
         dtype = mX.element_type

@@ -20,6 +20,7 @@ from ..formats import Format
 from . import convert as cv
 from . import dsmem
 from .blockscale import BlockQuantizer, byte_views, scale_grid, scale_offset, widen
+from .dependent_launch import PDL, enter_dependent_grid
 from .prefetch import prefetch_l1
 
 WARP = 32
@@ -75,16 +76,17 @@ class RMSNormQuantizeKernel:
         if cutlass.const_expr(self.cfg.cluster > 1):
             self.kernel(mX, mR, mW, mQ, mS, mG, eps, n_rows, n_cols).launch(
                 grid=[grid, 1, 1], block=[self.threads, 1, 1], cluster=[self.cfg.cluster, 1, 1],
-                smem=smem, stream=stream
+                smem=smem, stream=stream, use_pdl=PDL
             )
         else:
             self.kernel(mX, mR, mW, mQ, mS, mG, eps, n_rows, n_cols).launch(
-                grid=[grid, 1, 1], block=[self.threads, 1, 1], smem=smem, stream=stream
+                grid=[grid, 1, 1], block=[self.threads, 1, 1], smem=smem, stream=stream, use_pdl=PDL
             )
 
     @cute.kernel
     def kernel(self, mX: cute.Tensor, mR: cute.Tensor, mW: cute.Tensor, mQ: cute.Tensor,
                mS: cute.Tensor, mG: cute.Tensor, eps: Float32, n_rows: Int32, n_cols: Int32):
+        enter_dependent_grid()
         tidx, _, _ = cute.arch.thread_idx()
         bidx, _, _ = cute.arch.block_idx()
         B = self.block
