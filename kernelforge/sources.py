@@ -18,7 +18,7 @@ SHARED_SOURCES: tuple[str, ...] = ("formats.py", "kernels/convert.py", "kernels/
                                    "kernels/dependent_launch.py")
 OP_SOURCES: dict[str, tuple[str, ...]] = {
     "quantize": ("kernels/quantize.py",),
-    "rmsnorm_quantize": ("kernels/dsmem.py", "kernels/prefetch.py", "kernels/rmsnorm_quantize.py"),
+    "rmsnorm_quantize": ("kernels/dsmem.py", "kernels/rmsnorm_quantize.py"),
     "quantize_grouped": ("kernels/quantize_grouped.py",),
     "quantize_columnwise": ("kernels/scale_tile.py", "kernels/quantize_tiled.py"),
 }

@@ -21,7 +21,6 @@ from . import convert as cv
 from . import dsmem
 from .blockscale import BlockQuantizer, byte_views, scale_grid, scale_offset, widen
 from .dependent_launch import PDL, enter_dependent_grid
-from .prefetch import prefetch_l1
 
 WARP = 32
 MIN_CTA_THREADS = 128  # small rows pack into CTAs of at least this many threads
@@ -134,8 +133,9 @@ class RMSNormQuantizeKernel:
                 b = lane + i * stride
                 if row < m_rows and b < k_blocks:
                     if cutlass.const_expr(i > 0):
-                        prefetch_l1(cute.zipped_divide(mX, (1, B))[(0, None), (row, b)])
-                    prefetch_l1(gW[(None,), b])
+                        cute.arch.prefetch(cute.zipped_divide(mX, (1, B))[(0, None), (row, b)].iterator.llvm_ptr,
+                                           cache_level="L1")
+                    cute.arch.prefetch(gW[(None,), b].iterator.llvm_ptr, cache_level="L1")
             for i in cutlass.range_constexpr(self.units):
                 b = lane + i * stride
                 if row < m_rows and b < k_blocks:
