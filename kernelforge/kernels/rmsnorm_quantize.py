@@ -24,6 +24,17 @@ from .dependent_launch import PDL, enter_dependent_grid
 
 WARP = 32
 MIN_CTA_THREADS = 128  # small rows pack into CTAs of at least this many threads
+# A thread holding 64 elements keeps 32 registers of row data; left alone ptxas gives the NVFP4
+# kernels 72-78 registers (7 CTAs of 128 threads per SM). Capping them at 64 lets 8 fit: 3% less
+# time at H = 32768 and H = 16384 on an H100, no spills beyond 8 bytes (RESULTS.md, session 7).
+# Variants with fewer elements stay uncapped: a cap makes ptxas grow them up to it, fewer CTAs.
+CAPPED_ELEMENTS = 64
+MAX_REGISTERS = 64
+SM_REGISTERS = 65536  # per SM on sm_90 and sm_100
+SM_SHARED_BYTES = 228 * 1024  # the largest shared-memory carveout of an SM on sm_90 and sm_100
+# Shared memory of one CTA, bounded: 1.5 KiB as compiled (the partial-sum arrays and CuTe's static
+# allocation) plus the 1 KiB the driver reserves per CTA.
+CTA_SHARED_BOUND = 4096
 
 
 @dataclass(frozen=True)
@@ -55,6 +66,21 @@ class RMSNormQuantizeKernel:
         self.cta_rows = max(1, MIN_CTA_THREADS // self.row_threads) if cfg.cluster == 1 else 1
         self.threads = self.row_threads * self.cta_rows
         self.row_warps = max(1, self.row_threads // WARP)
+        self.smem = 512 if self.row_warps > 1 or cfg.cluster > 1 else 0  # >= the partial-sum arrays
+        self.launch_limits = self.occupancy_limits(cfg.units * self.block)
+
+    def occupancy_limits(self, elements: int) -> dict:
+        """Launch options that cap the registers of `elements`-per-thread variants (else none).
+
+        ptxas honours a minimum of CTAs per SM only together with the maximum threads per CTA.
+        The carveout is given explicitly (room for those CTAs' shared memory, the rest left to
+        L1): without one, CuTe-DSL queries the GPU at compile time, and builds run without one.
+        """
+        if elements < CAPPED_ELEMENTS:
+            return {}
+        ctas = SM_REGISTERS // (self.threads * MAX_REGISTERS)
+        return {"max_number_threads": [self.threads, 1, 1], "min_blocks_per_mp": ctas,
+                "preferred_smem_carveout": -(-100 * ctas * CTA_SHARED_BOUND // SM_SHARED_BYTES)}
 
     @cute.jit
     def __call__(
@@ -71,15 +97,16 @@ class RMSNormQuantizeKernel:
         mQ, mS = byte_views(mQ, mS)
         n_rows, n_cols = scale_grid(mX.shape[0], mX.shape[1] // self.block, self.swizzled)
         grid = (n_rows + (self.cta_rows - 1)) // self.cta_rows * self.cfg.cluster
-        smem = 512 if self.row_warps > 1 or self.cfg.cluster > 1 else 0  # >= the partial-sum arrays
+        limits = self.launch_limits
         if cutlass.const_expr(self.cfg.cluster > 1):
             self.kernel(mX, mR, mW, mQ, mS, mG, eps, n_rows, n_cols).launch(
                 grid=[grid, 1, 1], block=[self.threads, 1, 1], cluster=[self.cfg.cluster, 1, 1],
-                smem=smem, stream=stream, use_pdl=PDL
+                smem=self.smem, stream=stream, use_pdl=PDL, **limits
             )
         else:
             self.kernel(mX, mR, mW, mQ, mS, mG, eps, n_rows, n_cols).launch(
-                grid=[grid, 1, 1], block=[self.threads, 1, 1], smem=smem, stream=stream, use_pdl=PDL
+                grid=[grid, 1, 1], block=[self.threads, 1, 1], smem=self.smem, stream=stream, use_pdl=PDL,
+                **limits
             )
 
     @cute.kernel

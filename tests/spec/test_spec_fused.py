@@ -22,7 +22,7 @@ def test_default_fused_spec():
     assert spec.axes["elements"] == (32, 64)
     assert all(kc.elements == 0 for kc in spec.kclasses.values())
     assert {x.elements for x in spec.variants} == {32, 64}
-    assert {n: kc.cluster for n, kc in spec.kclasses.items() if kc.cluster != 1} == {"h32k": 4}
+    assert {n: kc.cluster for n, kc in spec.kclasses.items() if kc.cluster != 1} == {"h32k": 2}
     v = spec.variants[0]
     assert v.name == "rmsnorm_quantize.mxfp8.floor.linear.bfloat16.none.h1k.sm_90a.e32"
     assert spec.variants[1].name == "rmsnorm_quantize.mxfp8.floor.linear.bfloat16.none.h1k.sm_90a.e64"
