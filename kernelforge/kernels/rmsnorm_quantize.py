@@ -55,7 +55,7 @@ class RMSNormQuantizeKernel:
 
     def __init__(self, cfg: RMSNormQuantizeConfig) -> None:
         self.cfg = cfg
-        self.q = BlockQuantizer(cfg.fmt, cfg.scale_mode)
+        self.q = BlockQuantizer(cfg.fmt, cfg.scale_mode, warp_uniform=True)
         self.block = cfg.fmt.block
         self.swizzled = cfg.layout == "swizzled"
         # Scale columns padded to 4 must also have an owner (they get the zero padding bytes).
