@@ -217,6 +217,27 @@ def test_grouped_max_groups(fmt, mode, poison):
         kernelforge.quantize_grouped(x, torch.cat([ends[:1], ends]), fmt)
 
 
+# The kernel looks up the group of each 128-row scale block in a table of 2048 entries
+# (kernels/quantize_grouped.py, BLOCK_TABLE) and binary-searches beyond it.
+BLOCK_TABLE_ROWS = 2048 * 128
+
+
+@pytest.mark.parametrize("fmt,mode", [("mxfp8", "floor"), ("nvfp4", "none")])
+def test_grouped_both_sides_of_the_block_table(fmt, mode, poison):
+    """Padded scale rows exactly filling the group table, and past it (the search path)."""
+    b = FORMATS[fmt].block
+    g = torch.rand(4, device="cuda") * 1000 + 1 if FORMATS[fmt].has_global_scale else None
+    fill = [128 * 700, 0, 128 * 1000 - 5, 128 * 348 - 1]  # 2048 padded blocks: the table is full
+    past = [128 * 700, 0, 128 * 1000 - 5, 128 * 348 + 1]  # one block more: binary search
+    for sizes in (fill, past):
+        ends = _ends(sizes)
+        x = _random(int(ends[-1]), 4 * b, dtype=torch.bfloat16)
+        padded = sum(-(-n // 128) * 128 for n in sizes)
+        tag = " (table full)" if padded == BLOCK_TABLE_ROWS else " (past the table)"
+        assert (padded == BLOCK_TABLE_ROWS) == (sizes is fill)
+        _check_grouped(x, ends, fmt, mode, g, poison, tag)
+
+
 def test_grouped_rejects_bad_offsets_before_launch(poison):
     x = _random(10, 64, dtype=torch.bfloat16)
     out = _outs((10, 64), grouped_shapes(FORMATS["mxfp8"], 10, 64, 2)[1], "mxfp8", poison, 2)
