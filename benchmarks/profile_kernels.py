@@ -4,8 +4,8 @@
         --section WarpStateStats --section SchedulerStats --section Occupancy \
         python benchmarks/profile_kernels.py dual:nvfp4:16384:8192 rmsnorm:nvfp4:16384:1536
 
-Each case is `kind:format:M:K` with kind one of row, col, dual, rmsnorm; inputs are random bf16,
-scales swizzled. Warm-up calls run outside the ranges, so only the measured launch is profiled.
+Each case is `kind:format:M:K` with kind one of row, col, dual, rmsnorm, or `grouped:format:T:K:G`
+(T rows in G random uneven groups, `quantize_grouped`); inputs are random bf16, scales swizzled. Warm-up calls run outside the ranges, so only the measured launch is profiled.
 """
 from __future__ import annotations
 
@@ -19,11 +19,17 @@ import kernelforge  # noqa: E402
 
 
 def case_fn(spec: str):
-    kind, fmt, m, k = spec.split(":")
+    kind, fmt, m, k, *rest = spec.split(":")
     x = torch.randn(int(m), int(k), device="cuda", dtype=torch.bfloat16)
     a: dict = {"layout": "swizzled"}
     if fmt == "nvfp4":
         a["global_scale"] = kernelforge.nvfp4_global_scale(x)
+    if kind == "grouped":
+        g = int(rest[0])
+        sizes = torch.multinomial(torch.ones(g), int(m), replacement=True).bincount(minlength=g)
+        ends = sizes.cumsum(0).to(torch.int32).cuda()
+        a.pop("layout")
+        return lambda: kernelforge.quantize_grouped(x, ends, fmt, **a)
     if kind == "rmsnorm":
         w = torch.randn(int(k), device="cuda", dtype=torch.bfloat16)
         return lambda: kernelforge.rmsnorm_quantize(x, w, fmt, **a)
