@@ -5,7 +5,8 @@
         python benchmarks/profile_kernels.py dual:nvfp4:16384:8192 rmsnorm:nvfp4:16384:1536
 
 Each case is `kind:format:M:K` with kind one of row, col, dual, rmsnorm, or `grouped:format:T:K:G`
-(T rows in G random uneven groups, `quantize_grouped`); inputs are random bf16, scales swizzled. Warm-up calls run outside the ranges, so only the measured launch is profiled.
+(T rows in G random uneven groups, `quantize_grouped`); inputs are random bf16, scales swizzled.
+Warm-up calls run outside the ranges, so only the measured launch is profiled.
 """
 from __future__ import annotations
 
