@@ -22,6 +22,10 @@ class CorruptArtifact(CacheError):
     """An artifact's bytes do not match the sha256 recorded when it was built."""
 
 
+class UntrustedCache(CacheError):
+    """A cache path fails the ownership policy or is a symlink; the message names the path and the fix."""
+
+
 class KernelNotBuilt(KernelforgeError, LookupError):
     """No cached artifact for a variant on this device; the message holds the build command."""
 

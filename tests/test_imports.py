@@ -55,6 +55,7 @@ def test_runtime_never_imports_cutlass(tmp_path):
 
 
 def test_cli_cache_commands_never_import_cutlass(tmp_path):
+    (tmp_path / "c").mkdir()
     code = ("import json, sys\n" + HEAVY +
             "from typer.testing import CliRunner\nfrom kernelforge.cli import app\n"
             f"r = CliRunner().invoke(app, ['cache', 'verify', '--cache', {str(tmp_path / 'c')!r}])\n"

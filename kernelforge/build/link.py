@@ -10,15 +10,11 @@ import os
 import subprocess
 from pathlib import Path
 
+from ..cache.layout import runtime_lib_name
 from ..errors import BuildError
 from .toolchain import site_paths
 
 SHIM_SOURCE = Path(__file__).with_name("cute_rt_shim.c")
-
-
-def runtime_lib_name(runtime_key: str) -> str:
-    # A key-specific soname: two toolchains' runtimes can live in one process without clashing.
-    return f"libkfrt-{runtime_key[:16]}.so"
 
 
 def _run(cmd: list[str]) -> None:

@@ -24,20 +24,30 @@ class CleanReport:
 
 def clean(store: Store, *, all: bool = False, keep_toolchain_id: str | None = None,
           keep_source_hashes: set[str] | None = None, orphans: bool = True) -> CleanReport:
-    """Remove every entry (`all`), or those built by another toolchain or from sources not kept.
+    """Remove every entry (`all`), or kernels built by another toolchain or from sources not kept
+    and the runtime libraries no kept kernel links.
 
-    With no criteria only orphans (unindexed entry dirs, abandoned staging dirs) are removed.
+    With no criteria only debris (entry dirs without a usable meta.json, abandoned staging dirs)
+    is removed; an intact entry the index lost is kept for `cache repair`.
     Entries leave the index before their directories are deleted, so readers never see half an entry.
     """
     report = CleanReport(root=store.root)
     doomed = []
-    for entry in store.iter_entries():
+    entries = list(store.iter_entries())
+    for entry in entries:
         # Tuning tables name builds by tuning values, not by toolchain: they stay until --all
         # (the runtime ignores their choices for ops whose kernel sources changed).
-        if all or (entry.kind != "tuning" and (
+        if all or (entry.kind == "kernel" and (
                 (keep_toolchain_id is not None and entry.toolchain_id != keep_toolchain_id)
                 or (keep_source_hashes is not None and entry.source_hash not in keep_source_hashes))):
             doomed.append(entry)
+    if not all:
+        # A runtime library goes only when no kept kernel links it: its toolchain id can
+        # change (compile options) while its key, and the kernels that use it, do not.
+        gone = {e.key for e in doomed}
+        linked = {e.extra.get("runtime_key") for e in entries if e.kind == "kernel" and e.key not in gone}
+        doomed.extend(e for e in entries if e.kind == "runtime" and e.key not in linked
+                      and keep_toolchain_id is not None and e.toolchain_id != keep_toolchain_id)
     if doomed:
         store.remove(e.key for e in doomed)
         report.removed = [e.key for e in doomed]

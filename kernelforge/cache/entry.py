@@ -1,10 +1,14 @@
 """One cache entry's metadata: what was built, from what, with which toolchain, and its files."""
 from __future__ import annotations
 
+import re
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any, Mapping
 
+from kernelforge.cache.layout import Layout
 from kernelforge.errors import CacheError
+
+_PLAIN = re.compile(r"[A-Za-z0-9_][A-Za-z0-9._-]*")  # a path component: no "", ".", ".." or hidden names
 
 
 @dataclass(frozen=True)
@@ -63,6 +67,10 @@ class Entry:
         if not isinstance(files, Mapping) or values["main_file"] not in files:
             raise CacheError(f"entry {values['key']!r}: main file {values['main_file']!r} not among its files")
         for fname, info in files.items():
+            if not isinstance(fname, str) or not all(_PLAIN.fullmatch(p) for p in fname.split("/")):
+                raise CacheError(f"entry {values['key']!r}: file name {fname!r} is not a plain relative path")
             if not isinstance(info, Mapping) or "sha256" not in info or "size" not in info:
                 raise CacheError(f"entry {values['key']!r}: file {fname!r} lacks sha256/size")
+        if values["path"] != Layout.entry_rel_of(values["key"], values["kind"]):
+            raise CacheError(f"entry {values['key']!r}: path {values['path']!r} is not where its key lives")
         return cls(**values)

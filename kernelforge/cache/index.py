@@ -15,25 +15,31 @@ import warnings
 from pathlib import Path
 from typing import Any
 
-from kernelforge.cache.layout import SCHEMA_VERSION, Layout
+from kernelforge.cache.layout import INDEX_NAME, SCHEMA_VERSION, Layout
+from kernelforge.cache.trust import MissingCacheFile, TrustedRoot
 from kernelforge.errors import CacheError
 
 
 def read_index_checked(path: Path) -> tuple[dict[str, dict[str, Any]], str | None]:
     """(raw entries, problem): missing -> ({}, None); unreadable or corrupt -> ({}, a message saying why)."""
     try:
-        text = path.read_text(encoding="utf-8")
+        text = path.read_text(encoding="utf-8", errors="replace")
     except FileNotFoundError:
         return {}, None
     except OSError as exc:
-        return {}, f"kernelforge cache index {path} is unreadable ({exc}); treating the cache as empty"
+        return {}, f"kernelforge cache index {path} is unreadable ({exc.strerror})"
+    return parse_index(text, path)
+
+
+def parse_index(text: str, path: Path) -> tuple[dict[str, dict[str, Any]], str | None]:
+    """(raw entries, problem) of index text read from `path`."""
     try:
         data = json.loads(text)
     except ValueError as exc:
-        return {}, f"kernelforge cache index {path} is corrupt ({exc}); treating the cache as empty"
+        return {}, f"kernelforge cache index {path} is corrupt ({exc})"
     if (not isinstance(data, dict) or data.get("schema") != SCHEMA_VERSION
             or not isinstance(data.get("entries"), dict)):
-        return {}, f"kernelforge cache index {path} has an unexpected layout; treating the cache as empty"
+        return {}, f"kernelforge cache index {path} has an unexpected layout"
     return data["entries"], None
 
 
@@ -53,8 +59,9 @@ def write_index(path: Path, entries: dict[str, dict[str, Any]]) -> None:
     """
     generation = uuid.uuid4().hex
     body = json.dumps({"schema": SCHEMA_VERSION, "entries": entries}, indent=1, sort_keys=True)
-    atomic_write_text(path, f'{{"generation": "{generation}",' + body[1:])
-    write_dispatch_views(path, entries, generation)
+    text = f'{{"generation": "{generation}",' + body[1:]
+    atomic_write_text(path, text)
+    write_dispatch_views(path, entries, generation, len(text.encode("utf-8")))
 
 
 def atomic_write_text(path: Path, payload: str) -> None:
@@ -62,6 +69,7 @@ def atomic_write_text(path: Path, payload: str) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.stem}-", suffix=path.suffix, dir=path.parent)
     try:
+        os.fchmod(fd, 0o666 & ~current_umask())  # mkstemp's 0600 would hide the cache from other users
         with os.fdopen(fd, "w", encoding="utf-8") as f:
             f.write(payload)
             f.flush()
@@ -77,10 +85,11 @@ def atomic_write_text(path: Path, payload: str) -> None:
 # coordinates), so a process's first call parses a few KB instead of the whole index (measured
 # on the H100 host: 18-21 ms for the index of 300 variants). `dispatch/manifest.json` records
 # the generation of the index it was derived from (which survives copying the cache, unlike
-# an mtime) and names each group's file, which is
-# content-addressed: publishing one entry writes one new group file and the manifest. A manifest
-# that does not match the current index (an older writer, a crash between the two writes) is
-# ignored and the runtime reads the index itself, so the index stays the only source of truth.
+# an mtime) and its size, and names each group's file, which is content-addressed (its name is
+# the sha256 of its bytes, checked on every read): publishing one entry writes one new group file
+# and the manifest. A manifest that does not match the current index (an older writer, a crash
+# between the two writes, a truncated index) or a group file whose bytes do not match its name
+# is ignored and the runtime reads the index itself, so the index stays the only source of truth.
 VIEWS_DIR = "dispatch"
 MANIFEST = "manifest.json"
 _VIEW_FIELDS = ("kind", "name", "op", "arch", "created", "source_hash", "path", "main_file")
@@ -115,10 +124,9 @@ def _compact(key: str, data: dict[str, Any]) -> dict[str, Any] | None:
             "extra": {f: extra[f] for f in ("symbol", "runtime_key", "dispatch") if f in extra}}
 
 
-def write_dispatch_views(index_path: Path, entries: dict[str, dict[str, Any]], generation: str) -> None:
-    """Rewrite `dispatch/` next to the index (generation `generation`) from its entries.
-
-    Call with the index lock held."""
+def dispatch_views(entries: dict[str, dict[str, Any]], generation: str,
+                   index_size: int) -> tuple[dict[str, str], dict[str, Any]]:
+    """The views of an index: ({group file name: its bytes}, manifest object)."""
     runtimes: dict[str, dict[str, Any]] = {}
     tuning: dict[str, dict[str, Any]] = {}
     groups: dict[str, list[dict[str, Any]]] = {}
@@ -132,63 +140,112 @@ def write_dispatch_views(index_path: Path, entries: dict[str, dict[str, Any]], g
             tuning[key] = c
         elif isinstance(data.get("op"), str):
             groups.setdefault(coords_id(data["op"], c["extra"].get("dispatch") or {}), []).append(c)
-    files = index_path.parent / VIEWS_DIR / "groups"
+    files: dict[str, str] = {}
     names: dict[str, str] = {}
     for gid in sorted(groups):
         payload = json.dumps({"group": gid, "entries": sorted(groups[gid], key=lambda e: e["key"])},
                              separators=(",", ":"), sort_keys=True)
-        names[gid] = hashlib.sha256(payload.encode()).hexdigest()[:24] + ".json"
-        if not (files / names[gid]).exists():
-            atomic_write_text(files / names[gid], payload)
-    atomic_write_text(index_path.parent / VIEWS_DIR / MANIFEST, json.dumps(
-        {"schema": SCHEMA_VERSION, "generation": generation, "runtimes": runtimes, "tuning": tuning,
-         "groups": names},
-        separators=(",", ":"), sort_keys=True))
-    live = set(names.values())
-    for old in files.glob("*.json"):
-        if old.name not in live:
+        names[gid] = group_file_name(payload.encode())
+        files[names[gid]] = payload
+    manifest = {"schema": SCHEMA_VERSION, "generation": generation, "index_size": index_size,
+                "runtimes": runtimes, "tuning": tuning, "groups": names}
+    return files, manifest
+
+
+def group_file_name(payload: bytes) -> str:
+    """A group file's content address."""
+    return hashlib.sha256(payload).hexdigest()[:24] + ".json"
+
+
+def write_dispatch_views(index_path: Path, entries: dict[str, dict[str, Any]], generation: str,
+                         index_size: int) -> None:
+    """Rewrite `dispatch/` next to the index (generation `generation`, `index_size` bytes) from its entries.
+
+    Call with the index lock held."""
+    files, manifest = dispatch_views(entries, generation, index_size)
+    group_dir = index_path.parent / VIEWS_DIR / "groups"
+    for name, payload in files.items():
+        if not (group_dir / name).exists():
+            atomic_write_text(group_dir / name, payload)
+    atomic_write_text(index_path.parent / VIEWS_DIR / MANIFEST,
+                      json.dumps(manifest, separators=(",", ":"), sort_keys=True))
+    for old in group_dir.glob("*.json"):
+        if old.name not in files:
             old.unlink(missing_ok=True)
 
 
 class DispatchViews:
-    """The runtime's reader of `dispatch/`: the manifest once, then one small file per group."""
+    """The runtime's reader of `dispatch/`: the manifest once, then one small file per group.
 
-    def __init__(self, root: str | os.PathLike[str]) -> None:
-        layout = Layout(Path(root))
-        self.dir = layout.schema_root / VIEWS_DIR
+    Every file is opened through the trust policy (`TrustedRoot`); an untrusted path raises
+    UntrustedCache, anything merely stale or damaged makes the caller read the index instead.
+    """
+
+    def __init__(self, root: str | os.PathLike[str], trusted: TrustedRoot | None = None) -> None:
+        self.trusted = trusted or TrustedRoot(root)
         self.manifest: dict[str, Any] | None = None
-        generation = index_generation(layout.index)
-        if generation is None:
+        schema = f"v{SCHEMA_VERSION}"
+        try:
+            fd = self.trusted.open_file((schema, INDEX_NAME))
+        except MissingCacheFile:
+            return
+        with os.fdopen(fd, "rb") as f:
+            m = _GENERATION.match(f.read(64))
+            size = os.fstat(f.fileno()).st_size
+        if m is None:
             return
         try:
-            data = json.loads((self.dir / MANIFEST).read_text(encoding="utf-8"))
-        except (OSError, ValueError):
+            data = json.loads(self.trusted.read_bytes((schema, VIEWS_DIR, MANIFEST)))
+        except (MissingCacheFile, ValueError):
             return
-        if (isinstance(data, dict) and data.get("schema") == SCHEMA_VERSION and data.get("generation") == generation
+        if (isinstance(data, dict) and data.get("schema") == SCHEMA_VERSION
+                and data.get("generation") == m.group(1).decode() and data.get("index_size") == size
                 and isinstance(data.get("groups"), dict) and isinstance(data.get("runtimes"), dict)):
             self.manifest = data
 
     def group(self, gid: str) -> list[dict[str, Any]] | None:
-        """The entries of dispatch group `gid` ([] if it has none), or None if its file is unreadable."""
+        """The entries of dispatch group `gid` ([] if it has none), or None if its file is unusable."""
         assert self.manifest is not None
         name = self.manifest["groups"].get(gid)
         if name is None:
             return []
         try:
-            data = json.loads((self.dir / "groups" / name).read_text(encoding="utf-8"))
-        except (OSError, ValueError):
-            return None  # replaced by a concurrent writer: the caller reads the index instead
+            payload = self.trusted.read_bytes((f"v{SCHEMA_VERSION}", VIEWS_DIR, "groups", name))
+        except (MissingCacheFile, CacheError):
+            return None  # replaced by a concurrent writer, or a bad name: the caller reads the index
+        if group_file_name(payload) != name:
+            return None  # not the bytes the manifest names
+        try:
+            data = json.loads(payload)
+        except ValueError:
+            return None
         if not isinstance(data, dict) or data.get("group") != gid or not isinstance(data.get("entries"), list):
             return None
         return data["entries"]
 
 
 def with_main_path(layout: Layout, entry: dict[str, Any]) -> dict[str, Any] | None:
-    """`entry` plus "main_path", the absolute path of its main file (None if the path is invalid)."""
+    """`entry` plus "main_path", its main file where the key says it lives (None: no valid key/kind).
+
+    The stored "path" is not used: the loader refuses entries whose stored path differs."""
     try:
-        return {**entry, "main_path": str(layout.resolve(entry["path"]) / entry["main_file"])}
+        return {**entry, "main_path": str(layout.entry_dir(entry["key"], entry["kind"]) / entry["main_file"])}
     except (KeyError, TypeError, ValueError, CacheError):
         return None
+
+
+def current_umask() -> int:
+    """The process umask, read without changing it (Linux /proc), else by a set-and-restore."""
+    try:
+        with open("/proc/self/status", encoding="ascii") as f:
+            for line in f:
+                if line.startswith("Umask:"):
+                    return int(line.split()[1], 8)
+    except (OSError, ValueError):
+        pass
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
 
 
 def fsync_dir(path: Path) -> None:
@@ -205,18 +262,28 @@ def fsync_dir(path: Path) -> None:
         os.close(fd)
 
 
-def load_index_for_runtime(root: str | os.PathLike[str]) -> dict[str, dict[str, Any]]:
-    """The one cheap read the runtime does: a single json load, no directory scans.
+def load_index_for_runtime(root: str | os.PathLike[str],
+                           trusted: TrustedRoot | None = None) -> dict[str, dict[str, Any]]:
+    """The runtime's read of the whole index (when the dispatch views cannot be used).
 
-    Returns key -> the entry's JSON object, plus "main_path" (absolute path of its main file, str)
-    and "sha256" (of the main file). Malformed entries are skipped; a missing index gives {}.
+    Returns key -> the entry's JSON object, plus "main_path" (its main file, where its key says
+    it lives) and "sha256" (of the main file). Malformed entries are skipped; a missing index
+    gives {}; an unreadable or corrupt one raises CacheError naming `kernelforge cache repair`.
     """
     layout = Layout(Path(root))
+    trusted = trusted or TrustedRoot(root)
+    try:
+        text = trusted.read_bytes((f"v{SCHEMA_VERSION}", INDEX_NAME)).decode("utf-8", "replace")
+    except MissingCacheFile:
+        return {}
+    raw, problem = parse_index(text, layout.index)
+    if problem:
+        raise CacheError(f"{problem}; run `kernelforge cache repair --cache {layout.root}`")
     out: dict[str, dict[str, Any]] = {}
-    for key, data in read_index(layout.index).items():
+    for key, data in raw.items():
         try:
             main_file = data["main_file"]
-            out[key] = {**data, "main_path": str(layout.resolve(data["path"]) / main_file),
+            out[key] = {**data, "key": key, "main_path": str(layout.entry_dir(key, data["kind"]) / main_file),
                         "sha256": data["files"][main_file]["sha256"]}
         except (KeyError, TypeError, ValueError, CacheError):
             continue

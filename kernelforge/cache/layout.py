@@ -6,6 +6,7 @@
 <root>/v1/runtime/<key>/                 a shared runtime library, stored as an entry too
 <root>/v1/locks/                         one lock file per key, plus index.lock
 <root>/v1/tmp/                           private staging dirs (same filesystem as artifacts)
+<root>/v1/quarantine/                    damaged entries moved aside by `cache repair` / `build --verify`
 ```
 """
 from __future__ import annotations
@@ -23,6 +24,12 @@ META_NAME = "meta.json"
 
 # Keys become directory and lock-file names, so they must not contain separators or dots only.
 _KEY_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{1,254}")
+
+
+def runtime_lib_name(runtime_key: str) -> str:
+    """The file name (and soname) of the shared runtime library of `runtime_key`."""
+    # A key-specific soname: two toolchains' runtimes can live in one process without clashing.
+    return f"libkfrt-{runtime_key[:16]}.so"
 
 
 def check_key(key: str) -> str:
@@ -73,6 +80,10 @@ class Layout:
         return self.schema_root / "tmp"
 
     @property
+    def quarantine(self) -> Path:
+        return self.schema_root / "quarantine"
+
+    @property
     def index_lock(self) -> Path:
         return self.locks / "index.lock"
 
@@ -81,6 +92,11 @@ class Layout:
 
     def entry_rel(self, key: str, kind: str) -> str:
         """The entry directory of `key`, relative to the schema root (posix form, as stored)."""
+        return self.entry_rel_of(key, kind)
+
+    @staticmethod
+    def entry_rel_of(key: str, kind: str) -> str:
+        """entry_rel without a root: where an entry of `key` and `kind` lives, and nowhere else."""
         check_key(key)
         if check_kind(kind) == "runtime":
             return f"runtime/{key}"

@@ -20,8 +20,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator, Mapping, Protocol
 
 from kernelforge.cache.entry import Entry
-from kernelforge.cache.index import DispatchViews, fsync_dir, read_index, read_index_checked, write_index
+from kernelforge.cache.index import (DispatchViews, current_umask, fsync_dir, read_index, read_index_checked,
+                                     write_index)
 from kernelforge.cache.layout import META_NAME, Layout, check_key, check_kind
+from kernelforge.cache.trust import TrustedRoot
 from kernelforge.errors import CacheError
 
 if TYPE_CHECKING:
@@ -155,13 +157,46 @@ class CacheStore:
         """Indexed entries, sorted by kind, op, name, arch, key."""
         yield from sorted(self.index().values(), key=lambda e: (e.kind, e.op, e.name, e.arch, e.key))
 
-    def orphans(self) -> list[Path]:
-        """Entry directories absent from the index, and staging/trash dirs whose owner is gone."""
+    def unindexed(self) -> list[tuple[Path, Entry | None]]:
+        """Entry-shaped directories absent from the index, each with the Entry its meta.json
+        records (None: no usable meta.json naming this directory's key)."""
         indexed = {self.entry_dir(e) for e in self.index(fresh=True).values()}
-        found = [d for d in self.layout.artifact_dirs() if d not in indexed]
+        return [(d, self.read_meta(d)) for d in self.layout.artifact_dirs() if d not in indexed]
+
+    def read_meta(self, directory: Path) -> Entry | None:
+        """The Entry recorded in `directory`/meta.json if it names this directory's key and kind."""
+        try:
+            if (directory / META_NAME).is_symlink():
+                return None
+            entry = Entry.from_json(json.loads((directory / META_NAME).read_text(encoding="utf-8")))
+        except (OSError, ValueError, CacheError, TypeError):
+            return None
+        return entry if self.layout.entry_dir(entry.key, entry.kind) == directory else None
+
+    def orphans(self) -> list[Path]:
+        """Debris: unindexed entry directories without a usable meta.json, and staging/trash dirs
+        whose owner is gone. An unindexed directory holding a recorded entry is not debris:
+        `kernelforge cache repair` re-indexes it (or quarantines it if its files are damaged)."""
+        found = [d for d, entry in self.unindexed() if entry is None]
         if self.layout.tmp.is_dir():
             found.extend(p for p in sorted(self.layout.tmp.iterdir()) if p.is_dir() and tmp_dir_is_stale(p))
         return found
+
+    def writable_problem(self) -> str | None:
+        """Why this cache cannot be written (one line), or None if it can (checked without writing)."""
+        probe = self.root
+        while not probe.exists():
+            if probe.parent == probe:
+                break
+            probe = probe.parent
+        if probe.exists() and not probe.is_dir():
+            return f"cache root {self.root}: {probe} is not a directory"
+        for path in (self.layout.schema_root, self.root, probe):
+            if path.exists():
+                if not os.access(path, os.W_OK | os.X_OK):
+                    return f"cache root {self.root} is not writable ({path}: permission denied)"
+                break
+        return None
 
     # ---- locking and staging ----
 
@@ -183,6 +218,23 @@ class CacheStore:
         """A fresh private directory under tmp/ (same filesystem as the artifacts, so os.replace is atomic)."""
         self.layout.tmp.mkdir(parents=True, exist_ok=True)
         return Path(tempfile.mkdtemp(prefix=f"stage-{_HOST}-{os.getpid()}-", dir=self.layout.tmp))
+
+    def quarantine(self, path: Path, reason: str) -> Path:
+        """Move an entry directory out of the way into quarantine/ (never deleted by repair), with
+        a note saying why; the caller drops it from the index. Returns its new place."""
+        self.layout.quarantine.mkdir(parents=True, exist_ok=True)
+        stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
+        dest = Path(tempfile.mkdtemp(prefix=f"{path.name[:16]}-{stamp}-", dir=self.layout.quarantine))
+        os.replace(path, dest / path.name)
+        (dest / "REASON.txt").write_text(reason + "\n", encoding="utf-8")
+        return dest
+
+    def _read_index_for_write(self) -> dict[str, dict[str, Any]]:
+        raw, problem = read_index_checked(self.layout.index)
+        if problem:
+            raise CacheError(f"{problem}; nothing was written. Run `kernelforge cache repair --cache {self.root}` "
+                             "first (it rebuilds the index from the entries' meta.json)")
+        return raw
 
     def _discard(self, path: Path) -> None:
         # Rename first so a reader never sees a half-deleted entry; the rmtree may then take its time.
@@ -209,6 +261,8 @@ class CacheStore:
                     raise CacheError(f"{path}: {META_NAME} is reserved for the cache's own metadata")
                 digest, size = sha256_file(path, fsync=True)
                 files[rel] = {"sha256": digest, "size": size}
+            # mkdtemp makes 0700 directories: give them the umask's mode so other users can read
+            os.chmod(dirpath, 0o777 & ~current_umask())
         return dict(sorted(files.items()))
 
     def publish(self, key: str, staging: Path, *, kind: str, op: str, name: str, variant: dict[str, Any],
@@ -250,6 +304,7 @@ class CacheStore:
             if existing is not None:
                 shutil.rmtree(staging, ignore_errors=True)
                 return existing
+            self._read_index_for_write()  # refuse before anything moves if the index is corrupt
             final = self.layout.entry_dir(key, kind)
             if final.exists():
                 self._discard(final)  # an orphan of an earlier crash
@@ -257,7 +312,7 @@ class CacheStore:
             os.replace(staging, final)
             fsync_dir(final.parent)
             with self._index_lock():
-                raw = read_index(self.layout.index)
+                raw = self._read_index_for_write()
                 raw[key] = entry.to_json()
                 write_index(self.layout.index, raw)
         return entry
@@ -290,10 +345,11 @@ class CacheStore:
     def refresh_views(self) -> bool:
         """Rewrite the runtime's dispatch views if they do not match the index (e.g. a cache
         written by an older kernelforge); returns whether it rewrote them."""
-        if not self.layout.index.exists() or DispatchViews(self.layout.root).manifest is not None:
+        views = DispatchViews(self.layout.root, TrustedRoot(self.layout.root, enforce=False))
+        if not self.layout.index.exists() or views.manifest is not None:
             return False
         with self._index_lock():
-            write_index(self.layout.index, read_index(self.layout.index))  # a new generation, then views
+            write_index(self.layout.index, self._read_index_for_write())  # a new generation, then views
         return True
 
     def remove(self, keys: Iterable[str]) -> int:
@@ -302,7 +358,7 @@ class CacheStore:
         if not wanted:
             return 0
         with self._index_lock():
-            raw = read_index(self.layout.index)
+            raw = self._read_index_for_write()
             removed = {k: raw.pop(k) for k in sorted(wanted) if k in raw}
             if removed:
                 write_index(self.layout.index, raw)
@@ -312,8 +368,9 @@ class CacheStore:
             except (CacheError, KeyError, TypeError):
                 continue
             with self.lock(key):
-                if key in read_index(self.layout.index):
-                    continue  # rebuilt and republished since we dropped it
+                current, problem = read_index_checked(self.layout.index)
+                if problem or key in current:
+                    continue  # rebuilt and republished since we dropped it (or cannot tell)
                 if path.exists():
                     self._discard(path)
         return len(removed)
@@ -340,8 +397,7 @@ class CacheStore:
             except Timeout:
                 continue  # its key is being built or published right now
             try:
-                indexed = {self.entry_dir(e) for e in self.index(fresh=True).values()}
-                if path.is_dir() and path not in indexed:
+                if path.is_dir() and path in self.orphans():
                     self._discard(path)
                     deleted.append(path)
             finally:

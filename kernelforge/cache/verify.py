@@ -1,21 +1,46 @@
-"""Re-hash every file of every entry and report what does not match the index."""
+"""Check that the cache is what its index says: every file, every reference, the views, the modes.
+
+Verify passes only if the runtime would load exactly the indexed bytes: the index parses;
+every entry lives where its key says, its files are regular files (no symlinks) with the
+recorded sizes and sha256, and its meta.json agrees with the index; every kernel's runtime
+library is indexed; the dispatch views are the ones the index implies; nothing on disk is a
+recorded entry the index lost; and every path passes the ownership policy (unless
+$KERNELFORGE_TRUST_SHARED_CACHE is set). Debris (dirs without a usable meta.json, staging
+dirs of dead builders) is informational: `cache clean` removes it.
+"""
 from __future__ import annotations
 
+import json
+import os
+import stat
+import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from kernelforge.cache.store import Store, sha256_file
+from kernelforge.cache.entry import Entry
+from kernelforge.cache.index import MANIFEST, VIEWS_DIR, dispatch_views, index_generation, read_index_checked
+from kernelforge.cache.layout import META_NAME
+from kernelforge.cache.store import CacheStore, sha256_file
+from kernelforge.cache.trust import ownership_problem
 
+MISSING_ROOT = "missing cache root"
+BAD_INDEX = "unusable index"
 MISSING_DIR = "missing dir"
 MISSING_FILE = "missing file"
 SIZE_MISMATCH = "size mismatch"
 SHA_MISMATCH = "sha256 mismatch"
+BAD_META = "meta.json disagrees"
+NOT_A_FILE = "not a regular file"
+NO_RUNTIME = "runtime library not indexed"
+STALE_VIEWS = "dispatch views disagree with the index"
+UNINDEXED = "entry not in the index"
+UNTRUSTED = "untrusted path"
 
 
 @dataclass(frozen=True)
 class Problem:
-    """One thing wrong with one entry."""
+    """One thing wrong with one entry (or with the cache as a whole: key "")."""
 
     key: str
     name: str
@@ -26,12 +51,13 @@ class Problem:
     def __str__(self) -> str:
         where = f" {self.file}" if self.file else ""
         detail = f" ({self.detail})" if self.detail else ""
-        return f"{self.name} [{self.key[:12]}]: {self.problem}{where}{detail}"
+        who = f"{self.name} [{self.key[:12]}]: " if self.key else ""
+        return f"{who}{self.problem}{where}{detail}"
 
 
 @dataclass
 class VerifyReport:
-    """Result of `verify`: problems make it fail; orphans are informational (clean removes them)."""
+    """Result of `verify`: problems make it fail; orphans (debris) are informational."""
 
     root: Path
     entries: int = 0
@@ -50,27 +76,124 @@ class VerifyReport:
         }
 
 
-def verify(store: Store) -> VerifyReport:
-    """Check every indexed entry's directory and files (existence, size, sha256)."""
+def verify(store: CacheStore) -> VerifyReport:
+    """Check the whole cache (see the module docstring)."""
     report = VerifyReport(root=store.root)
-    for entry in store.iter_entries():
+    if not store.root.is_dir():
+        report.problems.append(Problem("", "", MISSING_ROOT, str(store.root),
+                                       "not a directory" if store.root.exists() else "does not exist"))
+        return report
+    raw, problem = read_index_checked(store.layout.index)
+    if problem:
+        report.problems.append(Problem("", "", BAD_INDEX, detail=problem))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # each malformed entry is reported below
+        entries = store.index(fresh=True)
+    for key in raw:
+        if key not in entries:
+            report.problems.append(Problem(key, str((raw[key] or {}).get("name", "?")) if isinstance(raw[key], dict)
+                                           else "?", BAD_INDEX, detail="malformed entry (wrong path, names or fields)"))
+    runtimes = {k for k, e in entries.items() if e.kind == "runtime"}
+    for entry in sorted(entries.values(), key=lambda e: (e.kind, e.name, e.key)):
         report.entries += 1
+        report.files += len(entry.files)
         directory = store.entry_dir(entry)
-        if not directory.is_dir():
-            report.problems.append(Problem(entry.key, entry.name, MISSING_DIR, detail=str(directory)))
-            continue
-        for rel, info in entry.files.items():
-            report.files += 1
-            path = directory / rel
-            if not path.is_file():
-                report.problems.append(Problem(entry.key, entry.name, MISSING_FILE, rel))
-                continue
-            digest, size = sha256_file(path)
-            if size != int(info["size"]):
-                report.problems.append(Problem(entry.key, entry.name, SIZE_MISMATCH, rel,
-                                               f"expected {info['size']} bytes, found {size}"))
-            elif digest != info["sha256"]:
-                report.problems.append(Problem(entry.key, entry.name, SHA_MISMATCH, rel,
-                                               f"expected {info['sha256'][:16]}, found {digest[:16]}"))
+        for kind, file, detail in entry_file_problems(store, entry, directory):
+            report.problems.append(Problem(entry.key, entry.name, kind, file, detail))
+        rkey = entry.extra.get("runtime_key")
+        if entry.kind == "kernel" and rkey is not None and rkey not in runtimes:
+            report.problems.append(Problem(entry.key, entry.name, NO_RUNTIME, detail=str(rkey)[:12]))
+    if not problem:
+        report.problems.extend(_view_problems(store, raw))
+    for directory, meta in store.unindexed():
+        if meta is not None:
+            report.problems.append(Problem(meta.key, meta.name, UNINDEXED, detail=str(directory)))
+    for path, why in trust_problems(store):
+        report.problems.append(Problem("", "", UNTRUSTED, str(path), why))
     report.orphans = store.orphans()
     return report
+
+
+def entry_file_problems(store: CacheStore, entry: Entry, directory: Path) -> list[tuple[str, str, str]]:
+    """What is wrong with one entry's files on disk against `entry`: (problem, file, detail) each."""
+    if directory.is_symlink() or not directory.is_dir():
+        return [(MISSING_DIR, "", str(directory) + (" is a symlink" if directory.is_symlink() else ""))]
+    out = []
+    for rel, info in entry.files.items():
+        path = directory / rel
+        try:
+            st = os.lstat(path)
+        except OSError:
+            out.append((MISSING_FILE, rel, ""))
+            continue
+        if not stat.S_ISREG(st.st_mode):
+            out.append((NOT_A_FILE, rel, "a symlink" if stat.S_ISLNK(st.st_mode) else ""))
+        elif st.st_size != int(info["size"]):
+            out.append((SIZE_MISMATCH, rel, f"expected {info['size']} bytes, found {st.st_size}"))
+        else:
+            digest, _ = sha256_file(path)
+            if digest != info["sha256"]:
+                out.append((SHA_MISMATCH, rel, f"expected {info['sha256'][:16]}, found {digest[:16]}"))
+    meta = store.read_meta(directory)
+    if meta is None or meta.to_json() != entry.to_json():
+        out.append((BAD_META, META_NAME, "missing or unusable" if meta is None
+                    else "records other metadata than the index"))
+    return out
+
+
+def _view_problems(store: CacheStore, raw: dict[str, dict[str, Any]]) -> list[Problem]:
+    views = store.layout.schema_root / VIEWS_DIR
+    generation = index_generation(store.layout.index)
+    try:
+        size = store.layout.index.stat().st_size
+    except OSError:
+        return [] if not raw else [Problem("", "", STALE_VIEWS, detail="no index file")]
+    files, expected = dispatch_views(raw, generation or "", size)
+    try:
+        manifest = json.loads((views / MANIFEST).read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        return [Problem("", "", STALE_VIEWS, MANIFEST, f"unreadable: {exc}")]
+    if manifest != expected:
+        return [Problem("", "", STALE_VIEWS, MANIFEST, "does not match the index (generation, size or entries)")]
+    out = []
+    for name, payload in files.items():
+        try:
+            ok = (views / "groups" / name).read_text(encoding="utf-8") == payload
+        except OSError:
+            ok = False
+        if not ok:
+            out.append(Problem("", "", STALE_VIEWS, f"groups/{name}", "missing or edited"))
+    return out
+
+
+def trust_problems(store: CacheStore) -> list[tuple[Path, str]]:
+    """Paths of the cache the runtime would refuse under the ownership policy (root, its
+    ancestors, and everything below the schema root except locks/, tmp/ and quarantine/)."""
+    out: list[tuple[Path, str]] = []
+    root = store.root
+    if not root.is_dir():
+        return out
+    for anc in reversed(Path(os.path.realpath(root)).parents):
+        try:
+            why = ownership_problem(os.stat(anc), ancestor=True)
+        except OSError:
+            continue
+        if why:
+            out.append((anc, why))
+    skip = {store.layout.locks, store.layout.tmp, store.layout.quarantine}
+    todo = [root]
+    while todo:
+        path = todo.pop()
+        try:
+            st = os.lstat(path)
+        except OSError:
+            continue
+        if stat.S_ISLNK(st.st_mode):
+            out.append((path, "is a symlink"))
+            continue
+        why = ownership_problem(st)
+        if why:
+            out.append((path, why))
+        if stat.S_ISDIR(st.st_mode):
+            todo.extend(p for p in sorted(path.iterdir(), reverse=True) if p not in skip)
+    return out

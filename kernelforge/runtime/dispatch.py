@@ -17,7 +17,8 @@ from typing import Any, Callable
 
 from ..cache.index import DispatchViews, coords_id, load_index_for_runtime, with_main_path
 from ..cache.layout import Layout
-from ..errors import CorruptArtifact, KernelNotBuilt, SpecError, UnsupportedShape
+from ..cache.trust import TrustedRoot
+from ..errors import CacheError, KernelNotBuilt, SpecError, UnsupportedShape, UntrustedCache
 from ..sources import OP_SOURCES, source_hash
 from ..spec.model import KClass
 from .arch import arch_runs_on
@@ -42,7 +43,9 @@ class DispatchTable:
 
     def __init__(self, root: Path) -> None:
         self.root = Path(root)
+        self.trusted = TrustedRoot(self.root)
         self._lock = threading.Lock()
+        self._broken: dict[str, CacheError] = {}  # key -> why it failed to load (skipped from then on)
         self._groups: dict[str, list[Candidate]] = {}  # coords id -> candidates, best first
         self._views: DispatchViews | None = None  # read on first use
         self._full = False  # every group built from the index itself
@@ -58,7 +61,7 @@ class DispatchTable:
         with self._lock:
             if group not in self._groups and not self._full:
                 if self._views is None:
-                    self._views = DispatchViews(self.root)
+                    self._views = DispatchViews(self.root, self.trusted)
                     if self._views.manifest is not None:
                         self._add_runtimes(self._views.manifest["runtimes"].values())
                 entries = self._views.group(group) if self._views.manifest is not None else None
@@ -72,7 +75,7 @@ class DispatchTable:
         """Build every group from the index itself (no usable dispatch view)."""
         entries: dict[str, list[dict[str, Any]]] = {}
         runtimes = []
-        for entry in load_index_for_runtime(self.root).values():
+        for entry in load_index_for_runtime(self.root, self.trusted).values():
             if entry.get("kind") == "runtime":
                 runtimes.append(entry)
                 continue
@@ -134,8 +137,8 @@ class DispatchTable:
         if accepting:
             first = accepting[0]
             pool = [c for c in accepting if c.kclass.name == first.kclass.name and c.arch == first.arch]
-            c = self.pick(op, coords, pool, m, device)
-            return self.load(c), c
+            chosen = self.pick(op, coords, pool, m, device)
+            return self._load_first([chosen, *(c for c in accepting if c is not chosen)])
         if cands:
             raise UnsupportedShape(
                 f"x: no cached {op} kernel accepts K = {k} (the last dimension) with a {ptr_align}-byte "
@@ -170,8 +173,10 @@ class DispatchTable:
         tables = []
         for entry in table_entries_for(entries, device, arch_name, op):
             try:
-                tables.append(TuningTable(read_verified_json(entry)))
-            except (CorruptArtifact, ValueError, KeyError, TypeError) as exc:
+                tables.append(TuningTable(read_verified_json(self.trusted, entry)))
+            except UntrustedCache:
+                raise
+            except (CacheError, ValueError, KeyError, TypeError) as exc:
                 warnings.warn(f"kernelforge: ignoring tuning table {entry.get('name')}: {exc}", RuntimeWarning,
                               stacklevel=2)
         self._tables[key] = tables
@@ -179,7 +184,30 @@ class DispatchTable:
 
     def load(self, cand: Candidate) -> Callable:
         """The loaded function of one candidate (its module's and runtime's checksums checked)."""
-        return load_function(cand.entry, self._runtimes.get(cand.entry.get("extra", {}).get("runtime_key", "")))
+        return load_function(self.trusted, cand.entry,
+                             self._runtimes.get(cand.entry.get("extra", {}).get("runtime_key", "")))
+
+    def _load_first(self, order: list[Candidate]) -> tuple[Callable, Candidate]:
+        """The first candidate of `order` that loads; a damaged one is skipped with one warning.
+
+        An untrusted cache is never worked around: its error propagates."""
+        first_error: CacheError | None = None
+        for cand in order:
+            key = cand.entry.get("key", "")
+            error = self._broken.get(key)
+            if error is None:
+                try:
+                    return self.load(cand), cand
+                except UntrustedCache:
+                    raise
+                except CacheError as exc:
+                    error = self._broken[key] = exc
+                    if cand is not order[-1]:
+                        warnings.warn(f"kernelforge: skipping a damaged cached build, using the next valid "
+                                      f"candidate: {exc}", RuntimeWarning, stacklevel=4)
+            first_error = first_error or error
+        assert first_error is not None
+        raise first_error
 
     def groups(self) -> dict[str, list[Candidate]]:
         """Every dispatch group of the cache with its servable candidates (reads the whole index)."""

@@ -146,6 +146,7 @@ def test_module_exports_and_needed(built_cache):
 CPU_CALL = """
 import sys, torch
 from kernelforge.cache import load_index_for_runtime
+from kernelforge.cache.trust import TrustedRoot
 from kernelforge.runtime.loader import load_function
 import tvm_ffi
 root = sys.argv[1]
@@ -157,7 +158,7 @@ for e in idx.values():
     mod = tvm_ffi.load_module(e["main_path"])
     f = mod[e["extra"]["symbol"]]
     assert f is not None
-    fn = load_function(e, rt)
+    fn = load_function(TrustedRoot(root), e, rt)
     x = torch.zeros(4, 128, dtype=torch.bfloat16)
     q = torch.zeros(4, 128, dtype=torch.uint8)
     s = torch.zeros(16, dtype=torch.uint8)
@@ -415,7 +416,7 @@ def test_concurrent_builds_compile_each_key_once(tmp_path):
 
 
 @pytest.mark.slow
-def test_corrupt_module_is_reported_and_rejected(built_cache, tmp_path):
+def test_corrupt_module_is_reported_and_rejected(built_cache, tmp_path, monkeypatch):
     from kernelforge.runtime.loader import load_function
 
     assert built_cache.exit_code == 0, built_cache.output
@@ -436,11 +437,14 @@ def test_corrupt_module_is_reported_and_rejected(built_cache, tmp_path):
     assert "sha256 mismatch" in proc.stdout and NAMES[0] in proc.stdout and "FAILED: 1 problem(s)" in proc.stdout
     assert NAMES[1] not in proc.stdout
 
-    with pytest.raises(CorruptArtifact, match="kernel module .* is corrupt"):
-        load_function(bad, runtime)
+    from kernelforge.cache.trust import TrustedRoot
+
+    trusted = TrustedRoot(root)
+    with pytest.raises(CorruptArtifact, match="kernel module .* is corrupt.*kernelforge build --verify"):
+        load_function(trusted, bad, runtime)
     # The damaged bytes are rejected on every attempt (no negative caching of a good check).
     with pytest.raises(CorruptArtifact):
-        load_function(idx[bad["key"]], runtime)
+        load_function(trusted, idx[bad["key"]], runtime)
 
     # A damaged shared runtime library is rejected before any module that needs it is loaded
     # (checked in a second copy: this process has already checked the first copy's runtime file).
@@ -451,12 +455,15 @@ def test_corrupt_module_is_reported_and_rejected(built_cache, tmp_path):
     rdata = bytearray(rt_path.read_bytes())
     rdata[len(rdata) // 2] ^= 0xFF
     rt_path.write_bytes(bytes(rdata))
+    from kernelforge.runtime import loader
+
+    monkeypatch.setattr(loader, "_runtimes", {})  # as in a fresh process (this one holds the good copy)
     with pytest.raises(CorruptArtifact, match="runtime library .* is corrupt"):
-        load_function(_kernels(root2)[NAMES[1]], rt2)
+        load_function(TrustedRoot(root2), _kernels(root2)[NAMES[1]], rt2)
     proc = subprocess.run(kf_cmd("cache", "verify", "--cache", str(root2)), capture_output=True, text=True,
                           env=cli_env())
     assert proc.returncode == 1 and "sha256 mismatch" in proc.stdout, proc.stdout + proc.stderr
     # A missing module is reported as such.
-    other = dict(kernels[NAMES[1]], main_path=str(tmp_path / "gone" / "module.so"))
-    with pytest.raises(CorruptArtifact, match="missing or unreadable"):
-        load_function(other, None)
+    Path(kernels[NAMES[1]]["main_path"]).unlink()
+    with pytest.raises(CorruptArtifact, match="does not exist"):
+        load_function(trusted, kernels[NAMES[1]], runtime)

@@ -87,13 +87,16 @@ def test_index_is_written_last(store: CacheStore, monkeypatch: pytest.MonkeyPatc
     final = store.layout.entry_dir(key, "kernel")
     assert final.is_dir()  # the move happened ...
     assert store.get(key) is None and store.index() == {}  # ... but it is not an entry
-    assert store.orphans() == [final]
-    assert verify(store).ok and verify(store).orphans == [final]
-    report = clean(store)
-    assert report.orphans_removed == [final] and not final.exists()
+    # An intact, recorded entry the index lacks is not debris: clean keeps it, verify flags it,
+    # repair re-indexes it.
+    assert [(d, e.key) for d, e in store.unindexed() if e is not None] == [(final, key)]
     assert store.orphans() == []
-    _, built = store.get_or_build(key, h.fake_build())
-    assert built
+    assert [p.problem for p in verify(store).problems] == ["entry not in the index"]
+    assert clean(store).orphans_removed == [] and final.is_dir()
+    from kernelforge.cache.repair import repair
+
+    assert repair(store).reindexed == [store.read_meta(final).name]
+    assert store.get(key) is not None and verify(store).ok
 
 
 def test_republish_over_orphan_replaces_it(store: CacheStore) -> None:
@@ -167,12 +170,16 @@ def test_corrupt_index_is_empty_with_warning(store: CacheStore, content: str) ->
         assert store.index() == {}
     with pytest.warns(RuntimeWarning):
         assert store.get(key) is None
-    with pytest.warns(RuntimeWarning):
-        assert load_index_for_runtime(store.root) == {}
-    # the next publish rewrites a valid index (the old dir is an orphan and gets replaced)
-    with pytest.warns(RuntimeWarning):
-        _, built = store.get_or_build(key, h.fake_build())
-    assert built and set(store.index()) == {key}
+    with pytest.raises(CacheError, match="cache repair"):
+        load_index_for_runtime(store.root)  # never an empty cache silently
+    # writers refuse to replace a corrupt index (that would forget every entry) ...
+    with pytest.warns(RuntimeWarning), pytest.raises(CacheError, match="cache repair"):
+        store.get_or_build(h.key_of("other"), h.fake_build())
+    # ... and repair rebuilds it from the entries' meta.json, losing nothing
+    from kernelforge.cache.repair import repair
+
+    assert repair(store).index_problem is not None
+    assert set(store.index()) == {key} and verify(store).ok
 
 
 def test_malformed_entry_is_skipped(store: CacheStore) -> None:

@@ -399,7 +399,7 @@ def test_dispatch_resolve_picks_the_most_specialized_accepting_class(fake_cache,
 
     loaded = []
 
-    def fake_load(entry, runtime):
+    def fake_load(trusted, entry, runtime):
         loaded.append((entry["name"], runtime and runtime["key"]))
         return entry["name"]
 
@@ -427,8 +427,8 @@ def test_dispatch_views_serve_the_first_call_without_reading_the_index(fake_cach
     from kernelforge.runtime import dispatch
 
     class NoViews(index_mod.DispatchViews):
-        def __init__(self, root):
-            super().__init__(root)
+        def __init__(self, root, trusted=None):
+            super().__init__(root, trusted)
             self.manifest = None
 
     monkeypatch.setattr(dispatch, "DispatchViews", NoViews)
@@ -505,7 +505,7 @@ def test_dispatch_not_built_message(fake_cache, monkeypatch):
     from kernelforge.errors import KernelNotBuilt
     from kernelforge.runtime import dispatch
 
-    monkeypatch.setattr(dispatch, "load_function", lambda e, r: pytest.fail("nothing should be loaded"))
+    monkeypatch.setattr(dispatch, "load_function", lambda t, e, r: pytest.fail("nothing should be loaded"))
     table = dispatch.DispatchTable(fake_cache)
     # Stale entries (another source_hash) are ignored ...
     rceil = dict(COORDS, scale_mode="rceil")

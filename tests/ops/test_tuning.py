@@ -53,7 +53,7 @@ def cache(tmp_path, monkeypatch):
             _publish(store, hashlib.sha256(meta["name"].encode()).hexdigest(), meta["name"].encode(), **meta)
     _publish(store, "rt" * 32, b"runtime", kind="runtime", op="runtime", name="runtime-x", variant={}, arch="host",
              toolchain_id="tc", toolchain={}, source_hash="", main_file="libkfrt-x.so", build_time_s=0.0)
-    monkeypatch.setattr(dispatch, "load_function", lambda entry, runtime: entry["name"])
+    monkeypatch.setattr(dispatch, "load_function", lambda trusted, entry, runtime: entry["name"])
     return store
 
 

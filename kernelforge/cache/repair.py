@@ -1,0 +1,107 @@
+"""Rebuild a damaged cache's index from what is on disk; quarantine what cannot be proven intact.
+
+Every entry directory holds a meta.json written with its files. Repair re-hashes each entry
+against its own meta.json: intact entries (indexed or not) make up the new index, damaged ones
+move to quarantine/ (never deleted), index entries with no directory are dropped (a build
+recreates them). It also removes group/other write permission from files the caller owns and
+rewrites the dispatch views. Running it twice changes nothing the second time.
+"""
+from __future__ import annotations
+
+import os
+import stat
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from kernelforge.cache.entry import Entry
+from kernelforge.cache.index import read_index_checked, write_index
+from kernelforge.cache.store import CacheStore
+from kernelforge.cache.verify import entry_file_problems, trust_problems
+from kernelforge.errors import CacheError
+
+
+@dataclass
+class RepairReport:
+    """What `repair` did."""
+
+    root: Path
+    kept: int = 0
+    reindexed: list[str] = field(default_factory=list)  # names of intact entries the index had lost
+    quarantined: list[tuple[str, str, Path]] = field(default_factory=list)  # (name, reason, where)
+    dropped: list[str] = field(default_factory=list)  # indexed names whose directory is gone
+    permissions_fixed: list[Path] = field(default_factory=list)
+    index_problem: str | None = None  # what was wrong with the index itself
+    unfixable: list[str] = field(default_factory=list)  # e.g. files owned by another user
+
+    @property
+    def changed(self) -> bool:
+        return bool(self.reindexed or self.quarantined or self.dropped or self.permissions_fixed
+                    or self.index_problem)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"root": str(self.root), "kept": self.kept, "reindexed": self.reindexed,
+                "quarantined": [{"name": n, "reason": r, "to": str(p)} for n, r, p in self.quarantined],
+                "dropped": self.dropped, "permissions_fixed": [str(p) for p in self.permissions_fixed],
+                "index_problem": self.index_problem, "unfixable": self.unfixable}
+
+
+def repair(store: CacheStore) -> RepairReport:
+    """Make the index, the views and the permissions agree with the intact entries on disk."""
+    report = RepairReport(root=store.root)
+    layout = store.layout
+    with store._index_lock():
+        raw, report.index_problem = read_index_checked(layout.index)
+        indexed: dict[str, Entry] = {}
+        for key, data in raw.items():
+            try:
+                entry = Entry.from_json(data)
+                if entry.key == key:
+                    indexed[key] = entry
+                    continue
+            except (CacheError, TypeError, ValueError, KeyError):
+                pass
+            report.dropped.append(f"{data.get('name', key) if isinstance(data, dict) else key} (malformed index entry)")
+        entries: dict[str, dict[str, Any]] = {}
+        for directory in layout.artifact_dirs():
+            meta = store.read_meta(directory)
+            if meta is None:
+                _quarantine(store, report, directory.name, directory, "no usable meta.json naming this directory")
+                continue
+            problems = entry_file_problems(store, meta, directory)
+            if problems:
+                _quarantine(store, report, meta.name, directory,
+                            "; ".join(" ".join(x for x in p if x) for p in problems))
+                continue
+            entries[meta.key] = meta.to_json()
+            if meta.key in indexed and indexed[meta.key].to_json() == meta.to_json():
+                report.kept += 1
+            else:
+                report.reindexed.append(meta.name)
+        report.dropped.extend(e.name for k, e in indexed.items() if k not in entries
+                              and not any(q[0] == e.name for q in report.quarantined))
+        _fix_permissions(store, report)
+        if report.changed or not layout.index.exists() and entries:
+            write_index(layout.index, entries)
+        elif store.refresh_views():
+            report.reindexed.append("(dispatch views rewritten)")
+    store.delete_orphans(p for p in store.orphans() if p.parent == layout.tmp)
+    return report
+
+
+def _quarantine(store: CacheStore, report: RepairReport, name: str, directory: Path, reason: str) -> None:
+    report.quarantined.append((name, reason, store.quarantine(directory, reason)))
+
+
+def _fix_permissions(store: CacheStore, report: RepairReport) -> None:
+    me = os.geteuid()
+    for path, problem in trust_problems(store):
+        try:
+            st = os.lstat(path)
+        except OSError:
+            continue
+        if st.st_uid != me or stat.S_ISLNK(st.st_mode):
+            report.unfixable.append(f"{path} {problem}")
+            continue
+        os.chmod(path, stat.S_IMODE(st.st_mode) & ~(stat.S_IWGRP | stat.S_IWOTH))
+        report.permissions_fixed.append(path)
