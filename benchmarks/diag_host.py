@@ -42,7 +42,7 @@ def first_call_breakdown() -> None:
     fn = table.load(cand)
     marks.append(("tvm_ffi.load_module", time.perf_counter()))
     d, s = _common.output_buffers(None, x.device, (4096, 4096), (4096, 128), torch.float8_e4m3fn,
-                                  torch.float8_e8m0fnu)
+                                  torch.float8_e8m0fnu, ())
     marks.append(("alloc outputs", time.perf_counter()))
     fn(x, d, s, None)
     marks.append(("first fn call (no sync)", time.perf_counter()))

@@ -42,7 +42,8 @@ def main() -> None:
                 call = lambda: kernelforge.rmsnorm_quantize(x, w, fmt, out=out, global_scale=g)  # noqa: E731
                 alloc = lambda: kernelforge.rmsnorm_quantize(x, w, fmt, global_scale=g)  # noqa: E731
             call()  # checked once, then remembered
-            fn, _, g_arg = list(_common.fast_calls.values())[-1]
+            entry = list(_common.fast_calls.values())[-1]
+            fn, g_arg = entry.fn, entry.arg
             direct = ((lambda: fn(x, out[0], out[1], g_arg)) if op == "quantize"
                       else (lambda: fn(x, None, w, out[0], out[1], g_arg, 1e-6)))
             r = measure({"direct": direct, "out=": call, "allocating": alloc})

@@ -8,7 +8,7 @@ from __future__ import annotations
 import os
 import weakref
 from pathlib import Path
-from typing import Any, Callable, Optional
+from typing import Any, Callable, NamedTuple, Optional, Sequence
 
 import torch
 
@@ -26,29 +26,89 @@ _capability: dict[int, tuple[int, int]] = {}
 _names: dict[int, str] = {}
 _fn_cache: dict[tuple, Callable] = {}
 _ones: dict[torch.device, torch.Tensor] = {}
-# Validated calls into caller buffers: key -> (function, weak refs to the tensors it must
-# find again, global-scale argument); see `remember_fast`.
-fast_calls: dict[tuple, tuple] = {}
 MAX_FAST_CALLS = 256
+
+
+class FastCall(NamedTuple):
+    """A validated call into caller buffers (see `remember_fast`)."""
+
+    fn: Callable  # the loaded kernel function
+    refs: tuple  # weak references to the caller's persistent tensors it must find again
+    arg: Any  # the op's extra kernel arguments (its global-scale argument(s))
+    x_bytes: int  # byte extent of an input of the remembered shape and strides
+    out_spans: tuple[tuple[int, int], ...]  # [start, end) byte addresses of the out buffers
+
+
+# Validated calls into caller buffers, by the op's fast-path key; see `remember_fast`.
+fast_calls: dict[tuple, FastCall] = {}
 
 
 def _no_tensor() -> None:
     return None
 
 
-def remember_fast(key: tuple, fn: Callable, tensors: tuple, g_arg: Optional[torch.Tensor]) -> None:
+def remember_fast(key: tuple, fn: Callable, tensors: tuple, arg: Any, x: torch.Tensor,
+                  outs: Sequence[torch.Tensor]) -> None:
     """Record a fully validated call so the op's fast path can repeat it without re-checking.
 
     The key holds everything validation depended on: the input's shape, strides, dtype and
     device, the op's options, and the ids of the caller's persistent tensors (weight, out
     buffers, global scale). An id alone could be recycled by a new tensor, so the entry
     keeps weak references that must resolve to the very same objects. Pointer alignment and
-    dtypes are checked again by the kernel's TVM-FFI wrapper on every call.
+    dtypes are checked again by the kernel's TVM-FFI wrapper on every call. The input x is
+    keyed by layout only, so a later x may lie anywhere: the entry keeps the out buffers'
+    address ranges and x's byte extent for `x_clear_of_outs`.
     """
     if len(fast_calls) >= MAX_FAST_CALLS:
         fast_calls.clear()  # bounded: a loop over fresh buffers must not grow it forever
     refs = tuple(_no_tensor if t is None else weakref.ref(t) for t in tensors)
-    fast_calls[key] = (fn, refs, g_arg)
+    start, end = byte_span(x)
+    fast_calls[key] = FastCall(fn, refs, arg, end - start, tuple(byte_span(o) for o in outs))
+
+
+def x_clear_of_outs(x: torch.Tensor, hit: FastCall) -> bool:
+    """Whether the non-empty input x (of the remembered shape and strides) overlaps none of the
+    remembered out buffers: one pointer read and a few integer compares per call."""
+    start = x.data_ptr()
+    end = start + hit.x_bytes
+    for lo, hi in hit.out_spans:
+        if start < hi and lo < end:
+            return False
+    return True
+
+
+def byte_span(t: torch.Tensor) -> tuple[int, int]:
+    """The [start, end) byte addresses spanned by t's elements (start == end when t is empty)."""
+    start = t.data_ptr()
+    if t.numel() == 0:
+        return start, start
+    last = sum((n - 1) * s for n, s in zip(t.shape, t.stride()))  # torch strides are never negative
+    return start, start + (last + 1) * t.element_size()
+
+
+def overlaps(a: torch.Tensor, b: torch.Tensor) -> bool:
+    """Whether the memory ranges of two tensors intersect (empty tensors overlap nothing).
+
+    Ranges, not elements: a buffer placed in the gaps of a strided tensor counts as overlapping."""
+    a0, a1 = byte_span(a)
+    b0, b1 = byte_span(b)
+    return a0 < a1 and b0 < b1 and a0 < b1 and b0 < a1
+
+
+Named = Sequence[tuple[str, Optional[torch.Tensor]]]
+
+
+def check_disjoint(written: Named, others: Named, why: str = "") -> None:
+    """Raise ValueError naming the first tensor of `written` (name, tensor) that overlaps a
+    tensor of `others` or an earlier one of `written`; None entries are skipped."""
+    seen = [(n, t) for n, t in others if t is not None]
+    for name, t in written:
+        if t is None:
+            continue
+        for other, u in seen:
+            if overlaps(t, u):
+                raise ValueError(f"{name}: must not overlap {other}{why}")
+        seen.append((name, t))
 
 
 def set_cache_root(path: Optional[str | os.PathLike]) -> Path:
@@ -215,23 +275,29 @@ def _check_buffer(name: str, t: object, shape: tuple, dtype: torch.dtype, align:
 
 
 def output_buffers(out: Any, device: torch.device, d_shape: tuple, s_shape: tuple, data_dtype: torch.dtype,
-                   scale_dtype: torch.dtype, arg: str = "x",
+                   scale_dtype: torch.dtype, inputs: Named, arg: str = "x",
                    slots: tuple[str, str] = PAIR_SLOTS) -> tuple[torch.Tensor, torch.Tensor]:
-    """The caller's `out` buffers checked, or fresh ones, in the format's dtypes (what kernels take)."""
-    data, scale = output_pairs([out], device, [(d_shape, s_shape, slots)], data_dtype, scale_dtype, arg)
+    """The caller's `out` buffers checked, or fresh ones, in the format's dtypes (what kernels take).
+
+    `inputs` are the (name, tensor) pairs the caller's buffers must not overlap."""
+    data, scale = output_pairs([out], device, [(d_shape, s_shape, slots)], data_dtype, scale_dtype, inputs, arg)
     return data, scale
 
 
 def output_pairs(outs: list, device: torch.device, specs: list[tuple[tuple, tuple, tuple[str, str]]],
-                 data_dtype: torch.dtype, scale_dtype: torch.dtype, arg: str = "x") -> list[torch.Tensor]:
+                 data_dtype: torch.dtype, scale_dtype: torch.dtype, inputs: Named,
+                 arg: str = "x") -> list[torch.Tensor]:
     """Several `(data, scale)` outputs of one op, flattened: each caller pair in `outs` checked
     against its (data shape, scale shape, slot names) in `specs`, or fresh buffers where None.
+    The caller's buffers must not overlap each other or the (name, tensor) pairs of `inputs`.
 
     The CUDA check on the device of the input (named `arg`) comes after every pair's checks,
     so that every other argument error is reported (and testable) without a GPU.
     """
     checked = [None if o is None else check_out(o, device, ds, ss, data_dtype, scale_dtype, arg, sl)
                for o, (ds, ss, sl) in zip(outs, specs)]
+    check_disjoint([(name, t) for pair, (_, _, slots) in zip(checked, specs) if pair is not None
+                    for name, t in zip(slots, pair)], inputs)
     if device.type != "cuda":
         raise ValueError(f"{arg}: expected a CUDA tensor, got a tensor on {device}")
     res: list[torch.Tensor] = []

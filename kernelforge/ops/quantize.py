@@ -8,6 +8,7 @@ import torch
 from ..formats import DTYPE_BYTES
 from . import _common as c
 from . import quantize_columnwise as cw
+from .reference import global_scale_of_amax
 
 
 def quantize(
@@ -28,9 +29,12 @@ def quantize(
     dimensions flattened to M: `[M, K/B]` (linear) or `[roundup(M,128), roundup(K/B,4)]`
     (swizzled, padding zero); float8_e8m0fnu for MX formats, float8_e4m3fn for NVFP4.
     `scale_mode` ("floor" or "rceil") applies to MX formats. `global_scale` is NVFP4's fp32
-    encode scale on the device (None means 1.0). `out=(data, scale)` writes into caller buffers
-    of exactly those shapes and dtypes (uint8 is accepted as well). Every argument is checked
-    before anything is launched. Under torch.compile this is the `kernelforge::quantize` op.
+    encode scale, a [1] tensor on x's device (None means 1.0); its value is read on the device
+    and not checked: a NaN, zero, negative or infinite one gives the defined bytes listed in
+    README "NVFP4 global scales" (what `reference.quantize_ref` computes). `out=(data, scale)`
+    writes into caller buffers of exactly those shapes and dtypes (uint8 is accepted as well)
+    that overlap neither each other nor x or global_scale. Every argument is checked before
+    anything is launched. Under torch.compile this is the `kernelforge::quantize` op.
 
     `columnwise=True` quantizes `x.T` (leading dimensions flattened to M, which must be a
     multiple of B): `data_t` [K, M*bits/8] and `scale_t` in the same layout, byte for byte
@@ -52,9 +56,10 @@ def quantize(
                    id(d), id(s), id(global_scale))
             hit = c.fast_calls.get(key)
             if hit is not None:
-                refs = hit[1]
-                if refs[0]() is d and refs[1]() is s and refs[2]() is global_scale:
-                    hit[0](x, d, s, hit[2])
+                refs = hit.refs
+                if (refs[0]() is d and refs[1]() is s and refs[2]() is global_scale
+                        and c.x_clear_of_outs(x, hit)):
+                    hit.fn(x, d, s, hit.arg)
                     return d, s
         except Exception:  # noqa: BLE001 - anything odd (including the kernel's own argument
             pass  # checks, e.g. a misaligned x) takes the checked path, which explains it
@@ -79,7 +84,8 @@ def quantize(
     x2 = x if len(shape) == 2 else x.reshape(-1, k)
     m = x2.shape[0]
     d_shape, s_shape = c.output_shapes(fmt, shape, m, layout)
-    data, scale = c.output_buffers(out, device, d_shape, s_shape, data_dtype, scale_dtype)
+    data, scale = c.output_buffers(out, device, d_shape, s_shape, data_dtype, scale_dtype,
+                                   (("x", x), ("global_scale", global_scale)))
     if m and k:
         es = DTYPE_BYTES[dtype]
         stride_bytes = x2.stride(0) * es if m > 1 else k * es
@@ -89,7 +95,7 @@ def quantize(
         g_arg = c.global_scale_arg(fmt, global_scale, device)
         fn(x2, data if len(d_shape) == 2 else data.view(m, d_shape[-1]), scale, g_arg)
         if key is not None and x2 is x and data is out[0] and scale is out[1]:
-            c.remember_fast(key, fn, (data, scale, global_scale), g_arg)
+            c.remember_fast(key, fn, (data, scale, global_scale), g_arg, x, (data, scale))
     elif s_shape[0] * s_shape[1]:
         scale.view(torch.uint8).zero_()  # K = 0 with padded rows: nothing to quantize, padding is zero
     return c.results(out, data, scale)
@@ -117,12 +123,13 @@ def _columnwise(x, format, layout, scale_mode, global_scale, out, rowwise, colum
 def nvfp4_global_scale(x: torch.Tensor) -> torch.Tensor:
     """NVFP4 calibration: `448 * 6 / amax(|x|)` as a float32 tensor of shape [1] on x's device.
 
-    amax == 0 gives 1.0. Computed on the device without a host sync (CUDA-graph safe).
+    Always finite and positive: amax == 0 (or empty x), and an x holding Inf or NaN, give 1.0;
+    a tiny amax whose quotient overflows gives FLT_MAX (`reference.global_scale_of_amax`).
+    Computed on the device without a host sync (CUDA-graph safe).
     """
     if not isinstance(x, torch.Tensor):
         raise TypeError(f"x: expected a torch.Tensor, got {type(x).__name__}")
     if x.dtype not in c.DTYPES:
         raise ValueError(f"x: expected dtype bfloat16, float16 or float32, got {x.dtype}")
     amax = x.detach().abs().amax().float().reshape(1) if x.numel() else torch.zeros(1, device=x.device)
-    g = torch.full_like(amax, 448.0 * 6.0) / amax
-    return torch.where(amax == 0, torch.ones_like(g), g)
+    return global_scale_of_amax(amax)

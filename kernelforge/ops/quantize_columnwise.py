@@ -50,11 +50,13 @@ def try_fast(key: Optional[tuple], x: Any, out: Any, scales: tuple) -> Optional[
     hit = c.fast_calls.get(key) if key is not None else None
     if hit is None:
         return None
-    fn, refs, (g_row, g_col, rowwise, sign_mask) = hit
+    fn, refs, (g_row, g_col, rowwise, sign_mask) = hit.fn, hit.refs, hit.arg
     tensors = (*out, *scales)
     if len(refs) != len(tensors) or any(r() is not t for r, t in zip(refs, tensors)):
         return None
     try:
+        if not c.x_clear_of_outs(x, hit):
+            return None
         if rowwise:
             fn(x, out[0], out[1], out[2], out[3], g_row, g_col, sign_mask)
         else:
@@ -90,8 +92,8 @@ def run(x: torch.Tensor, fmt: Format, mode: str, layout: str, data_dtype: torch.
     if -(-m // 128) * 128 // TILE_M > MAX_M_TILES:  # the swizzled layout pads M to 128
         raise ValueError(f"x: M = {m} rows is too many for columnwise quantization (at most "
                          f"{(MAX_M_TILES * TILE_M) // 128 * 128})")
-    for name, g in (("global_scale_row" if transform == "rht" else "global_scale", g_row),
-                    ("global_scale_col", g_col)):
+    scale_args = (("global_scale_row" if transform == "rht" else "global_scale", g_row), ("global_scale_col", g_col))
+    for name, g in scale_args:
         if g is not None:
             c.check_global_scale(g, fmt, device, name=name)
     n_out = 4 if rowwise else 2
@@ -104,7 +106,7 @@ def run(x: torch.Tensor, fmt: Format, mode: str, layout: str, data_dtype: torch.
     if rowwise:
         specs.insert(0, (*c.output_shapes(fmt, shape, m, layout), c.PAIR_SLOTS))
     given = [None] * len(specs) if out is None else [out[i:i + 2] for i in range(0, n_out, 2)]
-    outs = c.output_pairs(given, device, specs, data_dtype, scale_dtype)
+    outs = c.output_pairs(given, device, specs, data_dtype, scale_dtype, (("x", x), *scale_args))
     if m and k:
         es = DTYPE_BYTES[dtype]
         stride_bytes = x2.stride(0) * es if m > 1 else k * es
@@ -118,7 +120,7 @@ def run(x: torch.Tensor, fmt: Format, mode: str, layout: str, data_dtype: torch.
         fn(x2, data if rowwise else None, outs[1] if rowwise else None, outs[-2], outs[-1], g_row, g_col, sign_mask)
         if key is not None and x2 is x and all(o is t for o, t in zip(outs, out)):
             c.remember_fast(key, fn, (*outs, *scales[:2 if transform == "rht" else 1]),
-                            (g_row, g_col, rowwise, sign_mask))
+                            (g_row, g_col, rowwise, sign_mask), x, outs)
     else:
         for s in outs[1::2]:
             if s.numel():
@@ -204,7 +206,8 @@ def hadamard_columns(x: torch.Tensor, sign_mask: int = RHT_SIGN_MASK) -> torch.T
 
 def rht_global_scale(x: torch.Tensor, sign_mask: int = RHT_SIGN_MASK) -> torch.Tensor:
     """Calibration of the columnwise RHT output: `448 * 6 / amax(|rht(x)|)` as an fp32 [1]
-    tensor on x's device (amax == 0 gives 1.0), computed on the device without a sync."""
+    tensor on x's device, computed on the device without a sync; finite and positive as for
+    `nvfp4_global_scale` (amax 0, or an x holding Inf or NaN, gives 1.0)."""
     check_rht_input(x, sign_mask)
     from .quantize import nvfp4_global_scale
 

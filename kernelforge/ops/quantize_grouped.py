@@ -62,7 +62,9 @@ def quantize_experts(
     (linear) or `[E, roundup(N,128), roundup(K/B,4)]` (swizzled: each expert's slab is the 128x4
     layout of an [N, K] matrix, padding zero). w is bfloat16, float16 or float32, contiguous, on
     CUDA. `global_scale` (NVFP4): None (1.0), a float32 tensor [1] for every expert or [E], one
-    per expert. `format`, `scale_mode` and `out=(data, scale)` as for `kernelforge.quantize`.
+    per expert (values as for `kernelforge.quantize`: read on the device, not checked). `format`,
+    `scale_mode` and `out=(data, scale)` (overlapping neither w nor global_scale) as for
+    `kernelforge.quantize`.
     Every argument is checked before anything is launched. Under torch.compile this is the
     `kernelforge::quantize_experts` op.
     """
@@ -79,7 +81,8 @@ def quantize_experts(
     if global_scale is not None:
         c.check_global_scale(global_scale, fmt, device, e, "expert", "w")
     d_shape, s_shape = experts_shapes(fmt, e, n, k, layout)
-    data, scale = c.output_buffers(out, device, d_shape, s_shape, data_dtype, scale_dtype, "w")
+    data, scale = c.output_buffers(out, device, d_shape, s_shape, data_dtype, scale_dtype,
+                                   (("w", w), ("global_scale", global_scale)), "w")
     if e and n and k:  # otherwise there is no byte to write, padding included
         fn = c.kernel_for(OP, _coords(dtype, fmt, "experts", layout, mode), device.index, k, fmt.block,
                           w.data_ptr(), k * DTYPE_BYTES[dtype], e * n)
@@ -109,7 +112,8 @@ def quantize_grouped(
     the sum of the earlier groups' sizes each rounded up to 128); every other row is zero.
     scale_offsets is int32 `[G]`, written by the same kernel. NVFP4 `global_scale`: None (1.0),
     float32 `[1]`, or `[G]` (one per group). `out=(data, scale, scale_offsets)` writes into caller
-    buffers of exactly those shapes and dtypes (uint8 accepted for data and scale).
+    buffers of exactly those shapes and dtypes (uint8 accepted for data and scale) that overlap
+    neither each other nor x, group_offsets or global_scale.
 
     The values of group_offsets are checked with a host read (a device sync), except while a
     CUDA graph is being captured: then they are not checked, and the kernel clamps them to
@@ -139,9 +143,11 @@ def quantize_grouped(
             raise TypeError(f"out: expected a (data, scale, scale_offsets) tuple of tensors, got {type(out).__name__}")
         offsets_out = c._check_buffer("out[2] (scale_offsets)", out[2], (groups,), torch.int32, 4, device,
                                       raw_bytes=False)
+    inputs = (("x", x), ("group_offsets", group_offsets), ("global_scale", global_scale))
+    c.check_disjoint((("out[2] (scale_offsets)", offsets_out),), inputs)
     _check_offset_values(group_offsets, t)
     data, scale = c.output_buffers(None if out is None else out[:2], device, d_shape, s_shape, data_dtype,
-                                   scale_dtype)
+                                   scale_dtype, (*inputs, ("out[2] (scale_offsets)", offsets_out)))
     if offsets_out is None:
         offsets_out = torch.empty(groups, dtype=torch.int32, device=device)
     es = DTYPE_BYTES[dtype]

@@ -11,6 +11,12 @@ Choices where NUMERICS.md leaves freedom (documented once, here):
   deterministic by scaling the block with NaN, so every element byte is the NaN code
   (0x7F for MXFP8, nibble 0x7 for MXFP4/NVFP4).
 * `x * enc` with enc == 0 gives -0.0 for negative x, so such NVFP4 elements encode to 0x8.
+
+NVFP4 with a global scale g that is NaN, +-0, negative or +-Inf (not rejected: the kernels read
+g on the device) follows the formulas in IEEE fp32 exactly as the kernels evaluate them:
+`sf == 0` compares values (a -0 scale, byte 0x80, counts as zero) and `min(., FLT_MAX)` ignores
+a NaN operand (PTX min.f32), so the element factor is always in [0, FLT_MAX]; see
+`nvfp4_element_factor` and README "NVFP4 global scales".
 """
 from __future__ import annotations
 
@@ -23,7 +29,8 @@ from kernelforge.formats import SWIZZLE_COLS, SWIZZLE_ROWS, Format, get_format, 
 __all__ = [
     "e4m3_encode", "e4m3_decode", "e2m1_encode", "e2m1_decode", "pack_fp4", "unpack_fp4",
     "exp2_fp32", "ue8m0_scale", "ue8m0_decode", "swizzle_offset", "to_swizzled",
-    "from_swizzled", "quantize_ref", "dequantize_ref", "nvfp4_global_scale_ref",
+    "from_swizzled", "quantize_ref", "dequantize_ref", "nvfp4_global_scale_ref", "nvfp4_element_factor",
+    "global_scale_of_amax",
     "rmsnorm_ref", "add_rmsnorm_ref", "quantize_experts_ref", "quantize_grouped_ref",
     "quantize_columnwise_ref", "rht_matrix", "rht_ref", "rht_global_scale_ref", "quantize_nvfp4_rht_ref",
 ]
@@ -226,11 +233,9 @@ def quantize_ref(
     if fmt.has_global_scale:
         g = _global_scale(global_scale, dev)
         sf = e4m3_encode(amax * (g * _f32(1.0 / 6.0, dev)))
-        sf = torch.where(nonfinite, torch.full_like(sf, fmt.nan_scale_byte), sf)
-        sf_val = e4m3_decode(sf)  # NaN for non-finite blocks
-        enc = torch.clamp_max(1.0 / (sf_val * (1.0 / g)), FLT_MAX)
-        enc = torch.where(sf == 0, torch.zeros_like(enc), enc)
-        scale, factor = sf, enc
+        enc = nvfp4_element_factor(e4m3_decode(sf), g)
+        scale = torch.where(nonfinite, torch.full_like(sf, fmt.nan_scale_byte), sf)
+        factor = torch.where(nonfinite, torch.full_like(enc, float("nan")), enc)
     else:
         if scale_mode not in fmt.scale_modes:
             raise ValueError(f"scale_mode: expected one of {list(fmt.scale_modes)}, got {scale_mode!r}")
@@ -244,6 +249,14 @@ def quantize_ref(
     if layout == "swizzled":
         scale = to_swizzled(scale)
     return data, scale
+
+
+def nvfp4_element_factor(sf: torch.Tensor, g: torch.Tensor) -> torch.Tensor:
+    """NVFP4's element factor of decoded block scales `sf` (fp32) under global scale g:
+    0 where sf == 0 (either sign), else `min(1 / (sf * (1/g)), FLT_MAX)` with a NaN operand of
+    the min ignored (a NaN scale, from a NaN g or 0 * Inf, gives FLT_MAX), as in the kernels."""
+    enc = torch.fmin(1.0 / (sf * (1.0 / g)), _f32(FLT_MAX, sf.device))
+    return torch.where(sf == 0, torch.zeros_like(enc), enc)
 
 
 def dequantize_ref(
@@ -271,11 +284,22 @@ def dequantize_ref(
     return out.view(m, k)
 
 
+def global_scale_of_amax(amax: torch.Tensor) -> torch.Tensor:
+    """NVFP4 calibration of fp32 amaxes, element-wise on their device (no sync): `448*6 / amax`
+    capped at FLT_MAX for a finite amax > 0, and 1.0 for amax 0, +Inf or NaN.
+
+    Always finite and positive: 0 (from Inf) would zero every block and NaN would poison every
+    one, while with 1.0 only the non-finite blocks (scale byte 0x7F whatever g is) are lost.
+    """
+    g = torch.clamp_max(_f32(448.0 * 6.0, amax.device) / amax, FLT_MAX)
+    usable = (amax > 0) & (amax < math.inf)  # False for NaN
+    return torch.where(usable, g, _f32(1.0, amax.device))
+
+
 def nvfp4_global_scale_ref(x: torch.Tensor) -> torch.Tensor:
-    """fp32 [1] calibration g = 448*6 / amax(|x|) (amax == 0 or empty -> 1.0)."""
+    """fp32 [1] calibration g = global_scale_of_amax(amax(|x|)) (empty x: 1.0)."""
     amax = x.abs().amax().to(torch.float32) if x.numel() else _f32(0.0, x.device)
-    g = _f32(448.0 * 6.0, x.device) / amax
-    return torch.where(amax == 0, _f32(1.0, x.device), g).reshape(1)
+    return global_scale_of_amax(amax).reshape(1)
 
 
 def rmsnorm_ref(x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
@@ -401,7 +425,7 @@ def rht_ref(x: torch.Tensor, sign_mask: int = RHT_DEFAULT_SIGN_MASK) -> torch.Te
 
 
 def rht_global_scale_ref(x: torch.Tensor, sign_mask: int = RHT_DEFAULT_SIGN_MASK) -> torch.Tensor:
-    """fp32 [1] calibration of the columnwise RHT output: 448*6 / amax(|rht(x)|)."""
+    """fp32 [1] calibration of the columnwise RHT output: global_scale_of_amax(amax(|rht(x)|))."""
     return nvfp4_global_scale_ref(rht_ref(x, sign_mask))
 
 

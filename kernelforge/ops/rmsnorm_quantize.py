@@ -41,9 +41,10 @@ def rmsnorm_quantize(
                    scale_mode, id(weight), id(d), id(s), id(global_scale))
             hit = c.fast_calls.get(key)
             if hit is not None:
-                refs = hit[1]
-                if refs[0]() is weight and refs[1]() is d and refs[2]() is s and refs[3]() is global_scale:
-                    hit[0](x, None, weight, d, s, hit[2], eps)
+                refs = hit.refs
+                if (refs[0]() is weight and refs[1]() is d and refs[2]() is s and refs[3]() is global_scale
+                        and c.x_clear_of_outs(x, hit)):
+                    hit.fn(x, None, weight, d, s, hit.arg, eps)
                     return d, s
         except Exception:  # noqa: BLE001 - anything odd takes the checked path, which explains it
             pass
@@ -64,8 +65,9 @@ def add_rmsnorm_quantize(
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """`h = dtype(x + residual)`; write h into `residual` in place; return quantized rmsnorm(h).
 
-    `residual` has x's shape and dtype and must not overlap x or weight. Everything else as
-    in `rmsnorm_quantize`. On any argument error nothing is launched and residual is untouched.
+    `residual` has x's shape and dtype and must not overlap x, weight, global_scale or out.
+    Everything else as in `rmsnorm_quantize`. On any argument error nothing is launched and
+    residual is untouched.
     """
     if torch.compiler.is_compiling():
         from .library import traced_rmsnorm_quantize
@@ -96,12 +98,6 @@ def _check_input(name: str, t: object, shape: Optional[torch.Size], dtype: Optio
     return ptr
 
 
-def _overlap(a: torch.Tensor, a_ptr: int, b: torch.Tensor, b_ptr: int) -> bool:
-    a_end = a_ptr + a.numel() * a.element_size()
-    b_end = b_ptr + b.numel() * b.element_size()
-    return a_ptr < b_end and b_ptr < a_end and a.numel() > 0 and b.numel() > 0
-
-
 def _run(x, residual, weight, format, eps, layout, scale_mode, global_scale, out, fast_key=None):
     """Check every argument, then launch; a call into out= is remembered under `fast_key`
     (given by `rmsnorm_quantize` only) for its fast path."""
@@ -124,18 +120,17 @@ def _run(x, residual, weight, format, eps, layout, scale_mode, global_scale, out
         raise ValueError(f"eps: expected a finite float >= 0, got {eps!r}")
     device = x.device
     x_ptr = _check_input("x", x, None, None, None)
-    w_ptr = _check_input("weight", weight, torch.Size((h,)), x.dtype, device)
+    _check_input("weight", weight, torch.Size((h,)), x.dtype, device)
     if residual is not None:
-        r_ptr = _check_input("residual", residual, shape, x.dtype, device)
-        if _overlap(residual, r_ptr, x, x_ptr):
-            raise ValueError("residual: must not overlap x (it is overwritten with x + residual)")
-        if _overlap(residual, r_ptr, weight, w_ptr):
-            raise ValueError("residual: must not overlap weight (it is overwritten with x + residual)")
+        _check_input("residual", residual, shape, x.dtype, device)
     if global_scale is not None:
         c.check_global_scale(global_scale, fmt, device)
+    inputs = (("x", x), ("weight", weight), ("global_scale", global_scale))
+    c.check_disjoint((("residual", residual),), inputs, " (it is overwritten with x + residual)")
     m = x.numel() // h
     d_shape, s_shape = c.output_shapes(fmt, shape, m, layout)
-    data, scale = c.output_buffers(out, device, d_shape, s_shape, data_dtype, scale_dtype)
+    data, scale = c.output_buffers(out, device, d_shape, s_shape, data_dtype, scale_dtype,
+                                   (*inputs, ("residual", residual)))
     if m:
         coords = (("dtype", dtype), ("format", fmt.name), ("layout", layout),
                   ("residual", "none" if residual is None else "add"), ("scale_mode", mode))
@@ -146,5 +141,5 @@ def _run(x, residual, weight, format, eps, layout, scale_mode, global_scale, out
         fn(x if flat else x.view(m, h), None if residual is None else residual.view(m, h), weight,
            data if flat else data.view(m, d_shape[-1]), scale, g_arg, float(eps))
         if fast_key is not None and flat and data is out[0] and scale is out[1]:
-            c.remember_fast(fast_key, fn, (weight, data, scale, global_scale), g_arg)
+            c.remember_fast(fast_key, fn, (weight, data, scale, global_scale), g_arg, x, (data, scale))
     return c.results(out, data, scale)

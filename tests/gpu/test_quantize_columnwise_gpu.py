@@ -255,3 +255,13 @@ def test_fast_path_repeats_into_the_same_buffers(fmt, mode, poison, forbid_check
     for t in outs[True]:
         poison(t)
     _check_dual(xm, fmt, mode, "swizzled", g, True, out=outs[True])
+
+
+@pytest.mark.parametrize("g", [float("nan"), 0.0, -0.0, -1.5, float("inf"), float("-inf")])
+def test_nvfp4_bad_global_scales_in_the_tile_kernels(g):
+    """The dual tile kernel looks element factors up in a table: same defined bytes as the reference."""
+    gt = torch.tensor([g], device="cuda")
+    for m, k in ((128, 128), (64 + 16, 4 * 16)):  # tile and edge variants
+        x = random_input(m, k, torch.bfloat16)
+        x[3] = 0.0
+        _check_dual(x, "nvfp4", "none", "swizzled", gt, True, what=f"g={g} {m}x{k}")

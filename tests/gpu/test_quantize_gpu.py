@@ -192,3 +192,20 @@ def test_fast_path_repeats_into_the_same_buffers(fmt, mode, poison, forbid_check
     # Another buffer object of the wrong shape is validated, not taken on trust.
     with pytest.raises(ValueError, match=r"out\[0\]"):
         kernelforge.quantize(x.contiguous(), fmt, global_scale=g, out=(out[0][:-1], out[1]), **_kwargs(fmt, mode, "swizzled"))
+
+
+BAD_G = [float("nan"), 0.0, -0.0, -1.5, float("inf"), float("-inf"), 1e-40, 3e38]
+
+
+@pytest.mark.parametrize("g", BAD_G, ids=[repr(g) for g in BAD_G])
+@pytest.mark.parametrize("layout", ["linear", "swizzled"])
+def test_nvfp4_bad_global_scales_give_the_reference_bytes(g, layout):
+    """A NaN / zero / negative / infinite / extreme g is not rejected (no host read), and the
+    kernels produce the defined bytes of README "NVFP4 global scales", as the reference does."""
+    B = FORMATS["nvfp4"].block
+    gt = torch.tensor([g], device="cuda")
+    for dtype in DTYPES.values():
+        for m, k in ((129, 4 * B), (64, 3 * B)):  # both K-classes
+            x = _random(m, k, dtype)
+            x[5], x[7] = 0.0, -0.0  # 0 * Inf scales, signed zeros
+            _check(x, "nvfp4", "none", layout, gt)

@@ -541,8 +541,6 @@ def test_dispatch_on_a_missing_cache(tmp_path):
 
 def test_fast_path_needs_the_very_same_buffers(monkeypatch):
     """A memoized call is repeated only for the same buffer objects (weak references, not ids)."""
-    import weakref
-
     from kernelforge.ops import _common
 
     monkeypatch.setattr(_common, "fast_calls", {})
@@ -551,12 +549,12 @@ def test_fast_path_needs_the_very_same_buffers(monkeypatch):
     s = torch.empty(4, 2, dtype=torch.float8_e8m0fnu)
     calls = []
     key = ("quantize", x.shape, x.stride(), x.dtype, x.get_device(), "mxfp8", "linear", "floor", id(d), id(s), id(None))
-    _common.fast_calls[key] = (lambda *a: calls.append(a), (weakref.ref(d), weakref.ref(s), _common._no_tensor), None)
+    _common.remember_fast(key, lambda *a: calls.append(a), (d, s, None), None, x, (d, s))
     assert kernelforge.quantize(x, "mxfp8", out=(d, s)) == (d, s)
     assert len(calls) == 1 and calls[0][0] is x and calls[0][1] is d and calls[0][2] is s
     # Other objects under the same ids (as after garbage collection) must not match.
     other = torch.empty_like(d)
-    _common.fast_calls[key] = (lambda *a: calls.append(a), (weakref.ref(other), weakref.ref(s), _common._no_tensor), None)
+    _common.remember_fast(key, lambda *a: calls.append(a), (other, s, None), None, x, (other, s))
     with pytest.raises(ValueError, match="CUDA"):
         kernelforge.quantize(x, "mxfp8", out=(d, s))
     assert len(calls) == 1
@@ -568,10 +566,10 @@ def test_fast_call_memo_is_bounded_and_reset_with_the_cache_root(monkeypatch, tm
     monkeypatch.setattr(_common, "fast_calls", {})
     t = torch.empty(1)
     for i in range(_common.MAX_FAST_CALLS + 5):
-        _common.remember_fast(("k", i), print, (t, None), None)
+        _common.remember_fast(("k", i), print, (t, None), None, t, (t,))
     assert 0 < len(_common.fast_calls) <= _common.MAX_FAST_CALLS
     entry = _common.fast_calls[("k", _common.MAX_FAST_CALLS + 4)]
-    assert entry[1][0]() is t and entry[1][1]() is None
+    assert entry.refs[0]() is t and entry.refs[1]() is None
     old = _common.dispatch_table().root
     try:
         _common.set_cache_root(tmp_path)
