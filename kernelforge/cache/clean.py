@@ -54,4 +54,6 @@ def clean(store: Store, *, all: bool = False, keep_toolchain_id: str | None = No
         report.removed_bytes = sum(e.size for e in doomed)
     if orphans or all:
         report.orphans_removed = store.delete_orphans(store.orphans())
+    if all:
+        report.orphans_removed += store.delete_orphans([d for d, _ in store.unindexed()], unindexed_entries=True)
     return report

@@ -49,7 +49,10 @@ class Store(Protocol):
     def refresh_views(self) -> bool: ...
     def remove(self, keys: Iterable[str]) -> int: ...
     def orphans(self) -> list[Path]: ...
-    def delete_orphans(self, paths: Iterable[Path]) -> list[Path]: ...
+    def unindexed(self) -> list[tuple[Path, Entry | None]]: ...
+    def delete_orphans(self, paths: Iterable[Path], *, unindexed_entries: bool = False) -> list[Path]: ...
+    def quarantine(self, path: Path, reason: str) -> Path: ...
+    def writable_problem(self) -> str | None: ...
 
 
 def sha256_file(path: Path, *, fsync: bool = False) -> tuple[str, int]:
@@ -375,8 +378,9 @@ class CacheStore:
                     self._discard(path)
         return len(removed)
 
-    def delete_orphans(self, paths: Iterable[Path]) -> list[Path]:
-        """Delete the given orphan dirs, skipping any that stopped being orphans (e.g. a publish in flight)."""
+    def delete_orphans(self, paths: Iterable[Path], *, unindexed_entries: bool = False) -> list[Path]:
+        """Delete the given orphan dirs, skipping any that stopped being orphans (e.g. a publish in flight);
+        with `unindexed_entries`, intact entries the index lacks count as orphans too (`clean --all`)."""
         from filelock import Timeout
 
         deleted: list[Path] = []
@@ -397,7 +401,8 @@ class CacheStore:
             except Timeout:
                 continue  # its key is being built or published right now
             try:
-                if path.is_dir() and path in self.orphans():
+                gone = ([d for d, _ in self.unindexed()] if unindexed_entries else self.orphans())
+                if path.is_dir() and path in gone:
                     self._discard(path)
                     deleted.append(path)
             finally:

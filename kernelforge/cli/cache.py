@@ -14,8 +14,10 @@ from rich.table import Table
 
 from kernelforge.cache import CacheStore, clean, stats, verify
 from kernelforge.config import resolve_cache_root
+from kernelforge.errors import CacheError
 
-app = typer.Typer(help="Inspect and manage the artifact cache (ls, stats, verify, clean).", no_args_is_help=True)
+app = typer.Typer(help="Inspect and manage the artifact cache (ls, stats, verify, repair, clean).",
+                  no_args_is_help=True)
 
 CacheOpt = typer.Option(None, "--cache", help="Cache root (default: $KERNELFORGE_CACHE_DIR, the checkout's cache/, "
                                              "or ~/.cache/kernelforge).")
@@ -39,8 +41,13 @@ def _err() -> Console:
     return Console(stderr=True, highlight=False)
 
 
-def _open(cache: Optional[Path]) -> tuple[CacheStore, str]:
+def _open(cache: Optional[Path], *, must_exist: bool = True) -> tuple[CacheStore, str]:
+    """The store at the resolved root; exit 2 with one line if it is not an existing directory."""
     root, source = resolve_cache_root(cache)
+    if must_exist and not root.is_dir():
+        what = "is not a directory" if root.exists() else "does not exist"
+        _err().print(f"error: cache root {root} (from {source}) {what}", markup=False, soft_wrap=True)
+        raise typer.Exit(2)
     return CacheStore(root), source
 
 
@@ -114,21 +121,66 @@ def stats_cmd(cache: Optional[Path] = CacheOpt, fmt: Fmt = FormatOpt) -> None:
 
 
 @app.command("verify")
-def verify_cmd(cache: Optional[Path] = CacheOpt) -> None:
-    """Re-hash every cached file; exit 1 if any entry is damaged."""
+def verify_cmd(cache: Optional[Path] = CacheOpt, fmt: Fmt = FormatOpt) -> None:
+    """Prove the cache is what its index says (files, references, views, modes); exit 1 if not."""
     store, source = _open(cache)
+    report = verify(store)
+    if fmt is Fmt.json:
+        print(json.dumps({**report.to_dict(), "root_source": source}, indent=1))
+        raise typer.Exit(0 if report.ok else 1)
     console = _out()
     _say_root(console, store, source)
-    report = verify(store)
     for problem in report.problems:
-        console.print(f"PROBLEM: {problem}", markup=False)
+        console.print(f"PROBLEM: {problem}", markup=False, soft_wrap=True)
     for orphan in report.orphans:
-        console.print(f"orphan (not an entry; `kernelforge cache clean` removes it): {orphan}", markup=False)
+        console.print(f"debris (not an entry; `kernelforge cache clean` removes it): {orphan}", markup=False,
+                      soft_wrap=True)
     if not report.ok:
-        console.print(f"FAILED: {len(report.problems)} problem(s) in {report.entries} entries; "
-                      "`kernelforge cache clean --all` and a rebuild fix them", markup=False)
+        console.print(f"FAILED: {len(report.problems)} problem(s) in {report.entries} entries; fix: "
+                      f"`kernelforge cache repair --cache {store.root}`, then `kernelforge build` to rebuild "
+                      "what it quarantined or dropped", markup=False, soft_wrap=True)
         raise typer.Exit(1)
     console.print(f"OK: {report.entries} entries verified ({report.files} files)", markup=False)
+
+
+@app.command("repair")
+def repair_cmd(cache: Optional[Path] = CacheOpt, fmt: Fmt = FormatOpt) -> None:
+    """Rebuild the index from the entries' meta.json (re-hashed), quarantine damaged entries,
+    remove group/other write permission, rewrite the dispatch views. Never deletes an entry."""
+    from kernelforge.cache.repair import repair
+
+    store, source = _open(cache)
+    problem = store.writable_problem()
+    if problem:
+        _err().print(f"error: {problem}; repair needs to write it", markup=False, soft_wrap=True)
+        raise typer.Exit(2)
+    report = repair(store)
+    if fmt is Fmt.json:
+        print(json.dumps({**report.to_dict(), "root_source": source}, indent=1))
+        raise typer.Exit(1 if report.unfixable else 0)
+    console = _out()
+    _say_root(console, store, source)
+    if report.index_problem:
+        console.print(f"index: {report.index_problem}: rebuilt from the entries' meta.json", markup=False,
+                      soft_wrap=True)
+    for name in report.reindexed:
+        console.print(f"re-indexed: {name}", markup=False)
+    for name, reason, where in report.quarantined:
+        console.print(f"quarantined: {name}: {reason} -> {where}", markup=False, soft_wrap=True)
+    for name in report.dropped:
+        console.print(f"dropped from the index (no files): {name}", markup=False)
+    for path in report.permissions_fixed:
+        console.print(f"removed group/other write permission: {path}", markup=False, soft_wrap=True)
+    for line in report.unfixable:
+        console.print(f"NOT FIXED: {line}", markup=False, soft_wrap=True)
+    rebuild = " ; run `kernelforge build` to rebuild what was quarantined or dropped" \
+        if report.quarantined or report.dropped else ""
+    console.print(f"repaired: {report.kept + len([n for n in report.reindexed if not n.startswith('(')])} "
+                  f"entries indexed, {len(report.quarantined)} quarantined, {len(report.dropped)} dropped"
+                  + rebuild if report.changed else f"nothing to repair: {report.kept} entries intact",
+                  markup=False, soft_wrap=True)
+    if report.unfixable:
+        raise typer.Exit(1)
 
 
 def _current_toolchain_id() -> str | None:
@@ -162,6 +214,14 @@ def clean_cmd(
 
         keep_sources = {"", *(source_hash(op) for op in OP_SOURCES)}  # "": the shared runtime library
         console.print(f"current toolchain: {keep_toolchain_id}", markup=False)
-    report = clean(store, all=all_, keep_toolchain_id=keep_toolchain_id, keep_source_hashes=keep_sources)
+    problem = store.writable_problem()
+    if problem:
+        _err().print(f"error: {problem}", markup=False, soft_wrap=True)
+        raise typer.Exit(2)
+    try:
+        report = clean(store, all=all_, keep_toolchain_id=keep_toolchain_id, keep_source_hashes=keep_sources)
+    except CacheError as exc:
+        _err().print(f"error: {exc}", markup=False, soft_wrap=True)
+        raise typer.Exit(2)
     console.print(f"removed {len(report.removed)} entries ({human_bytes(report.removed_bytes)}) "
                   f"and {len(report.orphans_removed)} orphan dirs", markup=False)
