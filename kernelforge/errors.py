@@ -26,6 +26,10 @@ class UntrustedCache(CacheError):
     """A cache path fails the ownership policy or is a symlink; the message names the path and the fix."""
 
 
+class CacheNotWritable(CacheError):
+    """A build or repair needs to write a cache root it may not write (read-only, another user's)."""
+
+
 class KernelNotBuilt(KernelforgeError, LookupError):
     """No cached artifact for a variant on this device; the message holds the build command."""
 

@@ -19,6 +19,8 @@ from typing import Any, Callable, Sequence
 
 from ..cache import CacheStore, Entry
 from ..sources import source_hash
+from ..errors import CacheNotWritable
+from .freshness import check_selection
 from .keys import runtime_key, variant_key
 from .toolchain import current_toolchain_id, toolchain
 
@@ -45,6 +47,7 @@ class BuildReport:
     seconds: float
     cache_root: Path
     runtime_built: bool = False
+    replaced: list[tuple[str, str]] = field(default_factory=list)  # damaged entries quarantined: (name, why)
 
     def count(self, status: str) -> int:
         return sum(r.status == status for r in self.results)
@@ -116,28 +119,32 @@ def build_variants(
     jobs: int | None = None,
     on_result: Callable[[VariantResult], None] | None = None,
     on_start: Callable[[int], None] | None = None,
+    verify: bool = False,
 ) -> BuildReport:
-    """Build every variant not already in `store`; report each variant's outcome."""
+    """Build every variant not already in `store` (or damaged there: see freshness.py; `verify`
+    re-hashes what is cached); report each variant's outcome."""
     t0 = time.perf_counter()
     tc = toolchain()
     tc_id = current_toolchain_id()
     keyed = [(v, variant_key(v.canonical(), source_hash(v.op), tc)) for v in variants]
-    index = store.index()
-    results: list[VariantResult] = []
-    todo = []
-    for v, key in keyed:
-        if key in index and store.get(key) is not None:
-            results.append(VariantResult(v.name, "up to date", 0.0, key))
-        else:
-            todo.append((v, key))
+    plan = check_selection(store, keyed, runtime_key(tc), deep=verify)
+    if plan.writes:
+        problem = store.writable_problem()
+        if problem:
+            raise CacheNotWritable(f"{problem}: {len(plan.todo)} variant(s) to build, "
+                                   f"{len(plan.damaged)} damaged entr(ies) to replace")
+        plan.quarantine_damaged(store)
+    results = [VariantResult(v.name, "up to date", 0.0, key) for v, key in plan.fresh]
+    todo = plan.todo
     if on_start:
         on_start(len(todo))
     for r in results:
         if on_result:
             on_result(r)
     runtime_built = False
-    if todo:
+    if todo or plan.runtime_missing:
         rt_entry, runtime_built = _build_runtime(store, tc, tc_id)
+    if todo:
         rt_path = str(store.entry_dir(rt_entry) / rt_entry.main_file)
         args = (str(store.layout.root), rt_path, rt_entry.key, tc, tc_id)
         jobs = max(1, min(jobs or os.cpu_count() or 1, len(todo)))
@@ -155,5 +162,7 @@ def build_variants(
                     on_result(r)
     order = {v.name: i for i, v in enumerate(variants)}
     results.sort(key=lambda r: order.get(r.name, 0))
-    store.refresh_views()
-    return BuildReport(results, time.perf_counter() - t0, store.layout.root, runtime_built)
+    if plan.writes or store.writable_problem() is None:
+        store.refresh_views()
+    return BuildReport(results, time.perf_counter() - t0, store.layout.root, runtime_built,
+                       [(name, reason) for _, name, reason in plan.damaged])

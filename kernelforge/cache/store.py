@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator, Mapping, Protocol
 
 from kernelforge.cache.entry import Entry
+from kernelforge.cache.integrity import file_problems, sha256_file  # noqa: F401  (sha256_file: re-exported)
 from kernelforge.cache.index import (DispatchViews, current_umask, fsync_dir, read_index, read_index_checked,
                                      write_index)
 from kernelforge.cache.layout import META_NAME, Layout, check_key, check_kind
@@ -46,6 +47,20 @@ class Store(Protocol):
     def entry_dir(self, entry: Entry) -> Path: ...
     def iter_entries(self) -> Iterator[Entry]: ...
     def get_or_build(self, key: str, build: BuildFn) -> tuple[Entry, bool]: ...
+    def _adopt(self, key: str) -> Entry | None:
+        """Index an intact entry of `key` the index lost (its meta.json names it and every file
+        matches), instead of rebuilding it; None if there is none. Call with the key's lock held."""
+        for kind in ("kernel", "runtime"):
+            directory = self.layout.entry_dir(key, kind)
+            entry = self.read_meta(directory) if directory.is_dir() else None
+            if entry is not None and not file_problems(entry, directory):
+                with self._index_lock():
+                    raw = self._read_index_for_write()
+                    raw[key] = entry.to_json()
+                    write_index(self.layout.index, raw)
+                return entry
+        return None
+
     def refresh_views(self) -> bool: ...
     def remove(self, keys: Iterable[str]) -> int: ...
     def orphans(self) -> list[Path]: ...
@@ -53,19 +68,6 @@ class Store(Protocol):
     def delete_orphans(self, paths: Iterable[Path], *, unindexed_entries: bool = False) -> list[Path]: ...
     def quarantine(self, path: Path, reason: str) -> Path: ...
     def writable_problem(self) -> str | None: ...
-
-
-def sha256_file(path: Path, *, fsync: bool = False) -> tuple[str, int]:
-    """(sha256 hex digest, size in bytes) of a file; optionally fsync it while it is open."""
-    h = hashlib.sha256()
-    size = 0
-    with open(path, "rb") as f:
-        while chunk := f.read(1 << 20):
-            h.update(chunk)
-            size += len(chunk)
-        if fsync:
-            os.fsync(f.fileno())
-    return h.hexdigest(), size
 
 
 def _pid_alive(pid: int) -> bool:
@@ -232,6 +234,18 @@ class CacheStore:
         (dest / "REASON.txt").write_text(reason + "\n", encoding="utf-8")
         return dest
 
+    def quarantine_entry(self, key: str, reason: str) -> Path | None:
+        """Drop `key` from the index and move its directory to quarantine/ (None: it was not indexed)."""
+        with self.lock(key):
+            with self._index_lock():
+                raw = self._read_index_for_write()
+                data = raw.pop(key, None)
+                if data is None:
+                    return None
+                write_index(self.layout.index, raw)
+            directory = self.layout.entry_dir(key, data.get("kind", "kernel"))
+            return self.quarantine(directory, reason) if directory.exists() else None
+
     def _read_index_for_write(self) -> dict[str, dict[str, Any]]:
         raw, problem = read_index_checked(self.layout.index)
         if problem:
@@ -309,8 +323,8 @@ class CacheStore:
                 return existing
             self._read_index_for_write()  # refuse before anything moves if the index is corrupt
             final = self.layout.entry_dir(key, kind)
-            if final.exists():
-                self._discard(final)  # an orphan of an earlier crash
+            if final.exists():  # not indexed (checked above): debris, or damage; keep it for inspection
+                self.quarantine(final, f"replaced by a new build of {name}")
             final.parent.mkdir(parents=True, exist_ok=True)
             os.replace(staging, final)
             fsync_dir(final.parent)
@@ -330,7 +344,7 @@ class CacheStore:
         if entry is not None:
             return entry, False
         with self.lock(key):
-            entry = self.get(key, fresh=True)  # another process may have built it while we waited
+            entry = self.get(key, fresh=True) or self._adopt(key)  # another process may have built it
             if entry is not None:
                 return entry, False
             staging = self.staging_dir()
@@ -344,6 +358,20 @@ class CacheStore:
                 shutil.rmtree(staging, ignore_errors=True)
                 raise
         return entry, True
+
+    def _adopt(self, key: str) -> Entry | None:
+        """Index an intact entry of `key` the index lost (its meta.json names it and every file
+        matches), instead of rebuilding it; None if there is none. Call with the key's lock held."""
+        for kind in ("kernel", "runtime"):
+            directory = self.layout.entry_dir(key, kind)
+            entry = self.read_meta(directory) if directory.is_dir() else None
+            if entry is not None and not file_problems(entry, directory):
+                with self._index_lock():
+                    raw = self._read_index_for_write()
+                    raw[key] = entry.to_json()
+                    write_index(self.layout.index, raw)
+                return entry
+        return None
 
     def refresh_views(self) -> bool:
         """Rewrite the runtime's dispatch views if they do not match the index (e.g. a cache

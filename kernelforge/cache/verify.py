@@ -19,19 +19,16 @@ from pathlib import Path
 from typing import Any
 
 from kernelforge.cache.entry import Entry
+from kernelforge.cache.integrity import (MISSING_DIR, MISSING_FILE, NOT_A_FILE, SHA_MISMATCH,  # noqa: F401
+                                         SIZE_MISMATCH, file_problems)
 from kernelforge.cache.index import MANIFEST, VIEWS_DIR, dispatch_views, index_generation, read_index_checked
 from kernelforge.cache.layout import META_NAME
-from kernelforge.cache.store import CacheStore, sha256_file
+from kernelforge.cache.store import CacheStore
 from kernelforge.cache.trust import ownership_problem
 
 MISSING_ROOT = "missing cache root"
 BAD_INDEX = "unusable index"
-MISSING_DIR = "missing dir"
-MISSING_FILE = "missing file"
-SIZE_MISMATCH = "size mismatch"
-SHA_MISMATCH = "sha256 mismatch"
 BAD_META = "meta.json disagrees"
-NOT_A_FILE = "not a regular file"
 NO_RUNTIME = "runtime library not indexed"
 STALE_VIEWS = "dispatch views disagree with the index"
 UNINDEXED = "entry not in the index"
@@ -115,25 +112,10 @@ def verify(store: CacheStore) -> VerifyReport:
 
 
 def entry_file_problems(store: CacheStore, entry: Entry, directory: Path) -> list[tuple[str, str, str]]:
-    """What is wrong with one entry's files on disk against `entry`: (problem, file, detail) each."""
-    if directory.is_symlink() or not directory.is_dir():
-        return [(MISSING_DIR, "", str(directory) + (" is a symlink" if directory.is_symlink() else ""))]
-    out = []
-    for rel, info in entry.files.items():
-        path = directory / rel
-        try:
-            st = os.lstat(path)
-        except OSError:
-            out.append((MISSING_FILE, rel, ""))
-            continue
-        if not stat.S_ISREG(st.st_mode):
-            out.append((NOT_A_FILE, rel, "a symlink" if stat.S_ISLNK(st.st_mode) else ""))
-        elif st.st_size != int(info["size"]):
-            out.append((SIZE_MISMATCH, rel, f"expected {info['size']} bytes, found {st.st_size}"))
-        else:
-            digest, _ = sha256_file(path)
-            if digest != info["sha256"]:
-                out.append((SHA_MISMATCH, rel, f"expected {info['sha256'][:16]}, found {digest[:16]}"))
+    """What is wrong with one entry on disk against `entry`: (problem, file, detail) each."""
+    out = file_problems(entry, directory)
+    if out and out[0][0] == MISSING_DIR:
+        return out
     meta = store.read_meta(directory)
     if meta is None or meta.to_json() != entry.to_json():
         out.append((BAD_META, META_NAME, "missing or unusable" if meta is None

@@ -19,6 +19,9 @@ def build(
     cache: Optional[str] = typer.Option(None, "--cache", help="Cache root (else $KERNELFORGE_CACHE_DIR, else cache/)."),
     only: Optional[List[str]] = typer.Option(None, "--only", help="Only variants whose name matches this glob."),
     verbose: bool = typer.Option(False, "--verbose", "-v", help="Print every variant's outcome."),
+    verify: bool = typer.Option(False, "--verify", help="Re-hash the cached entries of the selection (and the "
+                                "runtime library, tuning tables) and rebuild damaged ones; without it only sizes "
+                                "are checked."),
 ) -> None:
     """Compile every enumerated variant ahead of time (no GPU needed) into the versioned cache."""
     from ..build.driver import build_variants
@@ -54,10 +57,14 @@ def build(
                 progress.console.print(f"built {r.name} in {r.seconds:.2f}s", highlight=False)
 
         try:
-            report = build_variants(variants, store, jobs=jobs, on_result=on_result, on_start=on_start)
+            report = build_variants(variants, store, jobs=jobs, on_result=on_result, on_start=on_start,
+                                    verify=verify)
         except KernelforgeError as exc:
-            err.print(f"error: {exc}", highlight=False)
+            err.print(f"error: {exc}", highlight=False, soft_wrap=True)
             raise typer.Exit(2)
+    for name, reason in report.replaced:
+        out.print(f"replaced damaged entry {name} ({reason}); the damaged copy is in {store.layout.quarantine}",
+                  highlight=False, soft_wrap=True)
     built = [r for r in report.results if r.status == "built"]
     if built:
         times = sorted(r.seconds for r in built)
@@ -70,9 +77,13 @@ def build(
     for table in sorted({p.parent.parent / "tuning" for p in paths}):
         for path in sorted(table.glob("*.json")) if table.is_dir() else ():
             try:
-                out.print(f"tuning table {path.name}: {import_table(store, path)}", highlight=False)
+                out.print(f"tuning table {path.name}: {import_table(store, path, verify=verify)}", highlight=False,
+                          soft_wrap=True)
+            except KernelforgeError as exc:
+                err.print(f"error: {exc}", highlight=False, soft_wrap=True)
+                raise typer.Exit(2)
             except ValueError as exc:
-                err.print(f"error: {exc}", highlight=False)
+                err.print(f"error: {exc}", highlight=False, soft_wrap=True)
                 raise typer.Exit(1)
     if report.failed:
         for r in report.failed:

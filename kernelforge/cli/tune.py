@@ -9,6 +9,7 @@ import typer
 
 from ..cache import CacheStore
 from ..config import resolve_cache_root
+from ..errors import KernelforgeError
 
 
 def tune(
@@ -27,7 +28,7 @@ def tune(
         for path in import_:
             try:
                 n = import_table(store, path)
-            except ValueError as exc:
+            except (ValueError, KernelforgeError) as exc:
                 typer.echo(f"error: {exc}", err=True)
                 raise typer.Exit(2)
             typer.echo(f"imported {path} into {root} ({source}) as {n}")
@@ -53,16 +54,31 @@ def tune(
         typer.echo(f"wrote {export}")
 
 
-def import_table(store: CacheStore, path: Path) -> str:
-    """Publish a tuning-table file into the cache (validated first); return the entry name.
+def import_table(store: CacheStore, path: Path, *, verify: bool = False) -> str:
+    """Publish a tuning-table file into the cache (validated first) unless an intact copy is
+    already there (nothing is written then); return a line saying which.
 
-    Raises ValueError for a file that is not a tuning table."""
-    from ..runtime.tuning import TuningTable, publish_table
+    Raises ValueError for a file that is not a tuning table, CacheNotWritable if it must be
+    written and cannot."""
+    from ..build.freshness import entry_damage
+    from ..errors import CacheNotWritable
+    from ..runtime.tuning import TuningTable, publish_table, table_key
 
     try:
         data = json.loads(Path(path).read_text(encoding="utf-8"))
         TuningTable(data)
     except (OSError, ValueError, KeyError, TypeError) as exc:
         raise ValueError(f"{path}: not a kernelforge tuning table ({exc})") from None
+    name = f"tuning.{data['device']}.{data['arch']}"
+    key = table_key(data)
+    entry = store.get(key)
+    damage = entry_damage(store, entry, deep=verify) if entry is not None else None
+    if entry is not None and damage is None:
+        return f"{name} (up to date)"
+    problem = store.writable_problem()
+    if problem:
+        raise CacheNotWritable(f"{problem}: tuning table {Path(path).name} is not in it")
+    if damage is not None:
+        store.quarantine_entry(key, damage)
     publish_table(store, data)
-    return f"tuning.{data['device']}.{data['arch']}"
+    return f"{name} (imported{'; replaced a damaged copy' if damage else ''})"

@@ -91,9 +91,14 @@ def table_entries_for(entries: list[dict[str, Any]], device: str, arch_name: str
     return [t[2] for t in sorted(mine, key=lambda t: t[:2], reverse=True)]
 
 
+def table_key(data: dict[str, Any]) -> str:
+    """The cache key of a tuning table: the sha256 of its canonical JSON."""
+    return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()
+
+
 def publish_table(store: CacheStore, data: dict[str, Any]) -> str:
     """Publish a tuning table into the cache as an entry of kind "tuning"; return its key."""
-    key = hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()
+    key = table_key(data)
     staging = store.staging_dir()
     # What the runtime parses on a process's first call, compact (0.35 ms instead of 1.8 ms
     # for the H100 table); the per-candidate timings go to a file of their own.
