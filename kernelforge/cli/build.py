@@ -1,6 +1,12 @@
-"""`kernelforge build`: compile every selected variant into the cache, in parallel."""
+"""`kernelforge build`: compile every selected variant into the cache, in parallel.
+
+Exit codes: 0 all built, 1 a variant failed, 2 bad arguments, 130 interrupted by Ctrl-C
+(SIGINT), 143 terminated by SIGTERM. An interrupted build stops its workers at once; what was
+published stays, so running the same command again builds only what is missing.
+"""
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import List, Optional
 
 import typer
@@ -12,6 +18,18 @@ from ..config import resolve_cache_root, resolve_spec_paths
 from ..errors import KernelforgeError
 
 
+@dataclass
+class _Tally:
+    """How far the build got, for the one line an interrupt prints."""
+
+    total: int | None = None
+    built: int = 0
+
+    def line(self, what: str) -> str:
+        done = f"built {self.built} of {self.total}" if self.total is not None else "nothing built yet"
+        return f"{what}: {done}; run the same command to resume"
+
+
 def build(
     spec: Optional[List[str]] = typer.Option(None, "--spec", help="Spec file(s); default: the checkout's specs/*.toml."),
     arch: Optional[List[str]] = typer.Option(None, "--arch", help="Only these arches (e.g. sm_90a)."),
@@ -20,7 +38,24 @@ def build(
     only: Optional[List[str]] = typer.Option(None, "--only", help="Only variants whose name matches this glob."),
     verbose: bool = typer.Option(False, "--verbose", "-v", help="Print every variant's outcome."),
 ) -> None:
-    """Compile every enumerated variant ahead of time (no GPU needed) into the versioned cache."""
+    """Compile every enumerated variant ahead of time (no GPU needed) into the versioned cache.
+
+    Exit codes: 0 all built, 1 a variant failed, 2 bad arguments, 130 Ctrl-C, 143 SIGTERM.
+    """
+    from ..build.pool import Terminated, sigterm_raises
+
+    tally = _Tally()
+    try:
+        with sigterm_raises():
+            _build(spec, arch, jobs, cache, only, verbose, tally)
+    except (KeyboardInterrupt, Terminated) as exc:
+        what, code = ("terminated", 143) if isinstance(exc, Terminated) else ("interrupted", 130)
+        Console(stderr=True).print(tally.line(what), highlight=False)
+        raise typer.Exit(code)
+
+
+def _build(spec: Optional[List[str]], arch: Optional[List[str]], jobs: Optional[int], cache: Optional[str],
+           only: Optional[List[str]], verbose: bool, tally: _Tally) -> None:
     from ..build.driver import build_variants
     from ..spec import load_specs, select
 
@@ -42,12 +77,14 @@ def build(
         task = progress.add_task("building", total=None)
 
         def on_start(n: int) -> None:
+            tally.total = n
             progress.update(task, total=n, description=f"compiling {n} variant(s)")
 
         def on_result(r) -> None:
             if r.status == "up to date":
                 return
             progress.advance(task)
+            tally.built += r.status == "built"
             if r.status == "failed":
                 progress.console.print(f"[red]FAILED[/red] {r.name} ({r.seconds:.2f}s)\n{r.error}", highlight=False)
             elif verbose:
@@ -58,6 +95,8 @@ def build(
         except KernelforgeError as exc:
             err.print(f"error: {exc}", highlight=False)
             raise typer.Exit(2)
+    if report.stale_removed:
+        out.print(f"removed {report.stale_removed} staging dir(s) left by dead builds", highlight=False)
     built = [r for r in report.results if r.status == "built"]
     if built:
         times = sorted(r.seconds for r in built)
