@@ -5,23 +5,28 @@ the whole catalog is fast. Missing variants go to worker processes; each worker 
 CuTe-DSL import and warm compiler state across many variants. Every variant is built under
 its key's lock through `CacheStore.get_or_build`, so concurrent builders never compile a key
 twice and a failure leaves nothing behind.
+
+Faults (see pool.py): a worker that dies fails only the variant it was building, and a fresh
+worker takes over; an interrupt (Ctrl-C, or `Terminated` raised for SIGTERM) terminates every
+worker at once, removes their staging dirs and propagates; workers die with the builder, and
+staging dirs left by dead processes are removed by the next build.
 """
 from __future__ import annotations
 
-import multiprocessing
 import os
 import time
 import traceback
-from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
 from ..cache import CacheStore, Entry
+from ..cache.store import tmp_dir_is_stale
 from ..sources import source_hash
 from ..errors import CacheNotWritable
 from .freshness import check_selection
 from .keys import runtime_key, variant_key
+from .pool import WorkerError, WorkerLost, WorkerPool, signals_held
 from .toolchain import current_toolchain_id, toolchain
 
 MODULE_FILE = "module.so"
@@ -47,6 +52,7 @@ class BuildReport:
     seconds: float
     cache_root: Path
     runtime_built: bool = False
+    stale_removed: int = 0  # staging dirs of dead processes removed at the start
     replaced: list[tuple[str, str]] = field(default_factory=list)  # damaged entries quarantined: (name, why)
 
     def count(self, status: str) -> int:
@@ -109,7 +115,43 @@ def _compile_one(variant: Any, key: str, root: str, runtime_path: str, runtime_k
 
 def _worker_init() -> None:
     # Import the compiler once per worker: the first compile in a process pays ~1 s of set-up.
-    import cutlass.cute  # noqa: F401
+    try:
+        import cutlass.cute  # noqa: F401
+    except Exception:  # each variant's compile then reports the import error by name
+        pass
+
+
+def remove_stale_staging(store: CacheStore) -> int:
+    """Remove the staging/trash dirs under tmp/ whose owner is gone (same host, dead pid); return the count.
+
+    Writes nothing when nothing is stale, so a no-op build leaves the cache untouched.
+    """
+    tmp = store.layout.tmp
+    stale = [p for p in sorted(tmp.iterdir()) if p.is_dir() and tmp_dir_is_stale(p)] if tmp.is_dir() else []
+    return len(store.delete_orphans(stale)) if stale else 0
+
+
+def _outcome_result(store: CacheStore, variant: Any, key: str, outcome: Any) -> VariantResult:
+    if isinstance(outcome, VariantResult):
+        return outcome
+    if isinstance(outcome, WorkerLost):
+        if store.get(key, fresh=True) is not None:  # it died after publishing: the entry is complete
+            return VariantResult(variant.name, "built", 0.0, key)
+        msg = (f"worker process died while building this variant ({outcome.reason}); "
+               "nothing was published; build again to retry it")
+    elif isinstance(outcome, WorkerError):
+        msg = outcome.message
+    else:
+        msg = f"unexpected worker result {outcome!r}"
+    return VariantResult(variant.name, "failed", 0.0, key, msg)
+
+
+def _compile_all(store: CacheStore, todo: list[tuple[Any, str]], args: tuple[Any, ...], jobs: int,
+                 report: Callable[[VariantResult], None]) -> None:
+    tasks = [(v, key, *args) for v, key in todo]
+    with WorkerPool(_compile_one, jobs, initializer=_worker_init) as pool:
+        for index, outcome in pool.run(tasks):
+            report(_outcome_result(store, *todo[index], outcome))
 
 
 def build_variants(
@@ -128,12 +170,12 @@ def build_variants(
     tc_id = current_toolchain_id()
     keyed = [(v, variant_key(v.canonical(), source_hash(v.op), tc)) for v in variants]
     plan = check_selection(store, keyed, runtime_key(tc), deep=verify)
-    if plan.writes:
-        problem = store.writable_problem()
-        if problem:
-            raise CacheNotWritable(f"{problem}: {len(plan.todo)} variant(s) to build, "
-                                   f"{len(plan.damaged)} damaged entr(ies) to replace")
-        plan.quarantine_damaged(store)
+    writable = store.writable_problem() is None
+    if plan.writes and not writable:
+        raise CacheNotWritable(f"{store.writable_problem()}: {len(plan.todo)} variant(s) to build, "
+                               f"{len(plan.damaged)} damaged entr(ies) to replace")
+    stale_removed = remove_stale_staging(store) if writable else 0
+    plan.quarantine_damaged(store)
     results = [VariantResult(v.name, "up to date", 0.0, key) for v, key in plan.fresh]
     todo = plan.todo
     if on_start:
@@ -141,6 +183,12 @@ def build_variants(
     for r in results:
         if on_result:
             on_result(r)
+
+    def add(r: VariantResult) -> None:
+        results.append(r)
+        if on_result:
+            on_result(r)
+
     runtime_built = False
     if todo or plan.runtime_missing:
         rt_entry, runtime_built = _build_runtime(store, tc, tc_id)
@@ -148,21 +196,14 @@ def build_variants(
         rt_path = str(store.entry_dir(rt_entry) / rt_entry.main_file)
         args = (str(store.layout.root), rt_path, rt_entry.key, tc, tc_id)
         jobs = max(1, min(jobs or os.cpu_count() or 1, len(todo)))
-        ctx = multiprocessing.get_context("spawn")
-        with ProcessPoolExecutor(max_workers=jobs, mp_context=ctx, initializer=_worker_init) as pool:
-            futures = {pool.submit(_compile_one, v, key, *args): v for v, key in todo}
-            for fut in as_completed(futures):
-                try:
-                    r = fut.result()
-                except Exception as exc:  # a worker died (e.g. killed): report, keep going
-                    v = futures[fut]
-                    r = VariantResult(v.name, "failed", 0.0, "", f"worker failed: {exc!r}")
-                results.append(r)
-                if on_result:
-                    on_result(r)
+        try:
+            _compile_all(store, todo, args, jobs, add)
+        finally:
+            with signals_held():  # the staging dirs of workers killed by an interrupt or a crash
+                remove_stale_staging(store)
     order = {v.name: i for i, v in enumerate(variants)}
     results.sort(key=lambda r: order.get(r.name, 0))
-    if plan.writes or store.writable_problem() is None:
+    if writable:
         store.refresh_views()
-    return BuildReport(results, time.perf_counter() - t0, store.layout.root, runtime_built,
+    return BuildReport(results, time.perf_counter() - t0, store.layout.root, runtime_built, stale_removed,
                        [(name, reason) for _, name, reason in plan.damaged])

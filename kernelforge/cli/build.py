@@ -1,6 +1,12 @@
-"""`kernelforge build`: compile every selected variant into the cache, in parallel."""
+"""`kernelforge build`: compile every selected variant into the cache, in parallel.
+
+Exit codes: 0 all built, 1 a variant failed, 2 bad arguments, 130 interrupted by Ctrl-C
+(SIGINT), 143 terminated by SIGTERM. An interrupted build stops its workers at once; what was
+published stays, so running the same command again builds only what is missing.
+"""
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import List, Optional
 
 import typer
@@ -10,6 +16,18 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from ..cache import CacheStore
 from ..config import resolve_cache_root, resolve_spec_paths
 from ..errors import KernelforgeError
+
+
+@dataclass
+class _Tally:
+    """How far the build got, for the one line an interrupt prints."""
+
+    total: int | None = None
+    built: int = 0
+
+    def line(self, what: str) -> str:
+        done = f"built {self.built} of {self.total}" if self.total is not None else "nothing built yet"
+        return f"{what}: {done}; run the same command to resume"
 
 
 def build(
@@ -23,7 +41,24 @@ def build(
                                 "runtime library, tuning tables) and rebuild damaged ones; without it only sizes "
                                 "are checked."),
 ) -> None:
-    """Compile every enumerated variant ahead of time (no GPU needed) into the versioned cache."""
+    """Compile every enumerated variant ahead of time (no GPU needed) into the versioned cache.
+
+    Exit codes: 0 all built, 1 a variant failed, 2 bad arguments, 130 Ctrl-C, 143 SIGTERM.
+    """
+    from ..build.pool import Terminated, sigterm_raises
+
+    tally = _Tally()
+    try:
+        with sigterm_raises():
+            _build(spec, arch, jobs, cache, only, verbose, tally)
+    except (KeyboardInterrupt, Terminated) as exc:
+        what, code = ("terminated", 143) if isinstance(exc, Terminated) else ("interrupted", 130)
+        Console(stderr=True).print(tally.line(what), highlight=False)
+        raise typer.Exit(code)
+
+
+def _build(spec: Optional[List[str]], arch: Optional[List[str]], jobs: Optional[int], cache: Optional[str],
+           only: Optional[List[str]], verbose: bool, tally: _Tally) -> None:
     from ..build.driver import build_variants
     from ..spec import load_specs, select
 
@@ -45,12 +80,14 @@ def build(
         task = progress.add_task("building", total=None)
 
         def on_start(n: int) -> None:
+            tally.total = n
             progress.update(task, total=n, description=f"compiling {n} variant(s)")
 
         def on_result(r) -> None:
             if r.status == "up to date":
                 return
             progress.advance(task)
+            tally.built += r.status == "built"
             if r.status == "failed":
                 progress.console.print(f"[red]FAILED[/red] {r.name} ({r.seconds:.2f}s)\n{r.error}", highlight=False)
             elif verbose:
@@ -65,6 +102,8 @@ def build(
     for name, reason in report.replaced:
         out.print(f"replaced damaged entry {name} ({reason}); the damaged copy is in {store.layout.quarantine}",
                   highlight=False, soft_wrap=True)
+    if report.stale_removed:
+        out.print(f"removed {report.stale_removed} staging dir(s) left by dead builds", highlight=False)
     built = [r for r in report.results if r.status == "built"]
     if built:
         times = sorted(r.seconds for r in built)

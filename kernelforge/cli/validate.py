@@ -1,9 +1,21 @@
-"""`kernelforge validate`: verify every cached artifact, then run the GPU tests against it."""
+"""`kernelforge validate`: verify every cached artifact, then run the GPU tests against it.
+
+Validation passes only if everything was checked: a usable CUDA device, a cache holding kernels
+for its arch, every artifact re-hashed, and every GPU test run and passed. A skipped or xfailed
+test fails validation, since on a GPU runner it means something was not checked.
+
+Exit codes: 0 validated; 1 an artifact problem or a GPU test not passed (failed, error, skipped,
+xfailed, xpassed); 2 the environment cannot validate (no cache at the root, no usable CUDA
+device, no kernel for its arch, no GPU tests). The last line always says what was checked.
+"""
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
+import tempfile
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
 
@@ -11,26 +23,158 @@ import typer
 
 from ..cache import CacheStore, verify
 from ..config import resolve_cache_root
+from ..runtime.arch import arch_runs_on
+from ._pytest_outcomes import OUTCOMES_ENV
+
+CHECKOUT = Path(__file__).resolve().parents[2]
+PASSED = ("passed", "subtests passed")
+
+
+class ValidateFailed(Exception):
+    """Validation failed; `code` is the exit code (1 checks failed, 2 environment)."""
+
+    def __init__(self, message: str, code: int) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+@dataclass(frozen=True)
+class Gpu:
+    """The CUDA device the GPU tests run on."""
+
+    name: str
+    capability: tuple[int, int]
+
+    @property
+    def arch(self) -> str:
+        """The arch-specific target of this device (e.g. sm_90a)."""
+        return f"sm_{self.capability[0]}{self.capability[1]}a"
+
+
+@dataclass(frozen=True)
+class PytestOutcome:
+    """What a pytest run did: outcome category -> count, and pytest's exit status (None if it died)."""
+
+    counts: dict[str, int]
+    exitstatus: int | None
+    returncode: int
+
+    @property
+    def passed(self) -> int:
+        return sum(self.counts.get(c, 0) for c in PASSED)
+
+    def problem(self) -> str | None:
+        """Why this run does not validate anything, or None when every test ran and passed."""
+        if self.exitstatus is None:
+            return f"pytest ended without reporting its outcomes (exit status {self.returncode})"
+        bad = {c: n for c, n in sorted(self.counts.items()) if c not in PASSED and n}
+        if bad:
+            total = self.passed + sum(bad.values())
+            return ", ".join(f"{n} {c}" for c, n in bad.items()) + f" of {total} GPU tests"
+        if self.passed == 0:
+            return "no GPU test ran"
+        if self.exitstatus != 0 or self.returncode != 0:
+            return f"pytest exited with status {self.returncode}"
+        return None
+
+
+def probe_gpu() -> Gpu:
+    """The first CUDA device, after a real allocation on it; ValidateFailed (code 2) if unusable."""
+    try:
+        import torch
+    except ImportError as exc:
+        raise ValidateFailed(f"torch cannot be imported ({exc}), so no CUDA device is usable", 2) from exc
+    if not torch.cuda.is_available():
+        raise ValidateFailed(
+            f"no usable CUDA device: torch {torch.__version__} (CUDA {torch.version.cuda}) sees none "
+            f"(CUDA_VISIBLE_DEVICES={os.environ.get('CUDA_VISIBLE_DEVICES', 'unset')})", 2)
+    try:
+        gpu = Gpu(torch.cuda.get_device_name(0), tuple(torch.cuda.get_device_capability(0)))
+        torch.ones(1, device="cuda:0").add_(1)
+        torch.cuda.synchronize(0)
+    except Exception as exc:  # driver mismatch, a device in a bad state, ...
+        first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+        raise ValidateFailed(f"CUDA device 0 is not usable: {first}", 2) from exc
+    return gpu
+
+
+def runnable_kernels(store: CacheStore, gpu: Gpu) -> tuple[int, list[str]]:
+    """(number of kernel artifacts that run on `gpu`, the arches of those kernels)."""
+    kernels = [e for e in store.iter_entries() if e.kind == "kernel"]
+    usable = sorted({e.arch for e in kernels if arch_runs_on(e.arch, gpu.capability)})
+    count = sum(arch_runs_on(e.arch, gpu.capability) > 0 for e in kernels)
+    if not count:
+        present = sorted({e.arch for e in kernels})
+        held = f"kernels for {', '.join(present)} only" if present else "no kernel artifact"
+        raise ValidateFailed(
+            f"cache {store.root} holds {held}, none for {gpu.name} (capability "
+            f"{gpu.capability[0]}.{gpu.capability[1]}): run `kernelforge build --arch {gpu.arch}`", 2)
+    return count, usable
+
+
+def run_gpu_tests(root: Path, test_dir: Path) -> PytestOutcome:
+    """Run the `gpu`-marked tests under `test_dir` against the cache at `root`; count their outcomes."""
+    with tempfile.TemporaryDirectory(prefix="kf-validate-") as tmp:
+        outcomes = Path(tmp) / "outcomes.json"
+        env = {**os.environ, "KERNELFORGE_CACHE_DIR": str(root), "KERNELFORGE_REQUIRE_GPU": "1",
+               OUTCOMES_ENV: str(outcomes),
+               "PYTHONPATH": os.pathsep.join(filter(None, [str(CHECKOUT), os.environ.get("PYTHONPATH")]))}
+        cmd = [sys.executable, "-m", "pytest", "-m", "gpu", "-q", "-rfEsxX", "-p", "no:cacheprovider",
+               "-p", "kernelforge.cli._pytest_outcomes", str(test_dir)]
+        rc = subprocess.call(cmd, env=env)
+        try:
+            data = json.loads(outcomes.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            return PytestOutcome({}, None, rc)
+    return PytestOutcome({str(k): int(v) for k, v in data["counts"].items()}, int(data["exitstatus"]), rc)
+
+
+def _verify(root: Path, source: str, *, need_kernels: bool) -> int:
+    if not root.is_dir():
+        raise ValidateFailed(f"cache root {root} ({source}) does not exist", 2)
+    report = verify(CacheStore(root))
+    for p in report.problems:
+        typer.echo(f"PROBLEM {p}")
+    typer.echo(f"verify: {root} ({source}): {report.entries} entries checked, {len(report.problems)} problem(s)")
+    if not report.ok:
+        raise ValidateFailed(f"{len(report.problems)} problem(s) in {report.entries} entries of {root}", 1)
+    if need_kernels and not any(e.kind == "kernel" for e in CacheStore(root).iter_entries()):
+        raise ValidateFailed(f"cache {root} ({source}) holds no kernel artifact", 2)
+    return report.entries
+
+
+def _validate(root: Path, source: str, tests: bool) -> str:
+    """Run every check; the summary of what passed, else ValidateFailed."""
+    entries = _verify(root, source, need_kernels=not tests)
+    if not tests:
+        return f"{entries} entries verified (GPU tests not run: --no-tests)"
+    test_dir = CHECKOUT / "tests"
+    if not (test_dir / "gpu").is_dir():
+        raise ValidateFailed(f"GPU tests not found at {test_dir / 'gpu'} (validate runs from a checkout)", 2)
+    gpu = probe_gpu()
+    kernels, arches = runnable_kernels(CacheStore(root), gpu)
+    where = f"arch {', '.join(arches)} ({gpu.name})"
+    typer.echo(f"GPU: {gpu.name}, capability {gpu.capability[0]}.{gpu.capability[1]}; {kernels} kernel(s) for it")
+    outcome = run_gpu_tests(root, test_dir)
+    problem = outcome.problem()
+    if problem:
+        raise ValidateFailed(f"{problem}, {where}", 1)
+    return f"{entries} entries verified, {where}, {outcome.passed} GPU tests passed"
 
 
 def validate(
     cache: Optional[str] = typer.Option(None, "--cache", help="Cache root (else $KERNELFORGE_CACHE_DIR, else cache/)."),
     tests: bool = typer.Option(True, "--tests/--no-tests", help="Run the GPU test suite after verifying."),
 ) -> None:
-    """Re-hash every artifact (non-zero exit on any problem), then run the GPU tests on this cache."""
+    """Re-hash every artifact, then run every GPU test on this cache; non-zero exit unless all passed.
+
+    Exit codes: 0 validated, 1 an artifact problem or a GPU test not passed (a skip or xfail
+    included), 2 no cache, no usable CUDA device or no kernel for its arch.
+    """
     root, source = resolve_cache_root(cache)
-    report = verify(CacheStore(root))
-    for p in report.problems:
-        typer.echo(f"PROBLEM {p}")
-    typer.echo(f"verify: {root} ({source}): {report.entries} entries checked, {len(report.problems)} problem(s)")
-    if not report.ok:
-        raise typer.Exit(1)
-    if not tests:
-        return
-    test_dir = Path(__file__).resolve().parents[2] / "tests"
-    if not test_dir.is_dir():
-        typer.echo(f"error: GPU tests not found at {test_dir} (validate runs from a checkout)", err=True)
-        raise typer.Exit(2)
-    env = {**os.environ, "KERNELFORGE_CACHE_DIR": str(root), "KERNELFORGE_REQUIRE_GPU": "1"}
-    rc = subprocess.call([sys.executable, "-m", "pytest", "-m", "gpu", "-q", str(test_dir)], env=env)
-    raise typer.Exit(rc)
+    try:
+        summary = _validate(root, source, tests)
+    except ValidateFailed as exc:
+        typer.echo(f"validate: FAILED: {exc}")
+        raise typer.Exit(exc.code)
+    typer.echo(f"validate: OK: {summary}")

@@ -3,8 +3,10 @@ from __future__ import annotations
 
 import functools
 import os
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
@@ -50,3 +52,15 @@ def cli_env() -> dict[str, str]:
     env["COLUMNS"] = "200"  # keep every result line whole
     env.pop("KERNELFORGE_CACHE_DIR", None)
     return env
+
+
+def pool_task(action: str, i: int) -> int:
+    """A WorkerPool task (run in a spawned worker): "die" SIGKILLs its worker, "sigint" sends it
+    SIGINT (which workers ignore), "sleep" blocks for 30 s; each returns i * i if it returns."""
+    if action == "die":
+        os.kill(os.getpid(), signal.SIGKILL)
+    elif action == "sigint":
+        os.kill(os.getpid(), signal.SIGINT)
+    elif action == "sleep":
+        time.sleep(30)
+    return i * i
