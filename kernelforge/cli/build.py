@@ -50,7 +50,7 @@ def build(
     tally = _Tally()
     try:
         with sigterm_raises():
-            _build(spec, arch, jobs, cache, only, verbose, tally)
+            _build(spec, arch, jobs, cache, only, verbose, verify, tally)
     except (KeyboardInterrupt, Terminated) as exc:
         what, code = ("terminated", 143) if isinstance(exc, Terminated) else ("interrupted", 130)
         Console(stderr=True).print(tally.line(what), highlight=False)
@@ -58,7 +58,7 @@ def build(
 
 
 def _build(spec: Optional[List[str]], arch: Optional[List[str]], jobs: Optional[int], cache: Optional[str],
-           only: Optional[List[str]], verbose: bool, tally: _Tally) -> None:
+           only: Optional[List[str]], verbose: bool, verify: bool, tally: _Tally) -> None:
     from ..build.driver import build_variants
     from ..spec import load_specs, select
 
