@@ -51,7 +51,7 @@ def read_index(path: Path) -> dict[str, dict[str, Any]]:
     return entries
 
 
-def write_index(path: Path, entries: dict[str, dict[str, Any]]) -> None:
+def write_index(path: Path, entries: dict[str, dict[str, Any]], *, check_groups: bool = False) -> None:
     """Replace the index at `path` atomically, then its dispatch views (see below).
 
     Each write gets a fresh generation id, first in the file so that a reader finds it in
@@ -61,7 +61,7 @@ def write_index(path: Path, entries: dict[str, dict[str, Any]]) -> None:
     body = json.dumps({"schema": SCHEMA_VERSION, "entries": entries}, indent=1, sort_keys=True)
     text = f'{{"generation": "{generation}",' + body[1:]
     atomic_write_text(path, text)
-    write_dispatch_views(path, entries, generation, len(text.encode("utf-8")))
+    write_dispatch_views(path, entries, generation, len(text.encode("utf-8")), check_groups=check_groups)
 
 
 def atomic_write_text(path: Path, payload: str) -> None:
@@ -158,15 +158,19 @@ def group_file_name(payload: bytes) -> str:
 
 
 def write_dispatch_views(index_path: Path, entries: dict[str, dict[str, Any]], generation: str,
-                         index_size: int) -> None:
+                         index_size: int, *, check_groups: bool = False) -> None:
     """Rewrite `dispatch/` next to the index (generation `generation`, `index_size` bytes) from its entries.
 
-    Call with the index lock held."""
+    Group files are content-addressed, so an existing one is kept unless `check_groups` asks to
+    compare its bytes (repair). Call with the index lock held."""
     files, manifest = dispatch_views(entries, generation, index_size)
     group_dir = index_path.parent / VIEWS_DIR / "groups"
     for name, payload in files.items():
-        if not (group_dir / name).exists():
-            atomic_write_text(group_dir / name, payload)
+        path = group_dir / name
+        if not path.exists() or (check_groups and (path.is_symlink() or path.read_bytes() != payload.encode())):
+            if path.is_symlink():
+                path.unlink()
+            atomic_write_text(path, payload)
     atomic_write_text(index_path.parent / VIEWS_DIR / MANIFEST,
                       json.dumps(manifest, separators=(",", ":"), sort_keys=True))
     for old in group_dir.glob("*.json"):

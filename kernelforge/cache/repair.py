@@ -17,7 +17,7 @@ from typing import Any
 from kernelforge.cache.entry import Entry
 from kernelforge.cache.index import read_index_checked, write_index
 from kernelforge.cache.store import CacheStore
-from kernelforge.cache.verify import entry_file_problems, trust_problems
+from kernelforge.cache.verify import entry_file_problems, trust_problems, view_problems
 from kernelforge.errors import CacheError
 
 
@@ -33,17 +33,19 @@ class RepairReport:
     permissions_fixed: list[Path] = field(default_factory=list)
     index_problem: str | None = None  # what was wrong with the index itself
     unfixable: list[str] = field(default_factory=list)  # e.g. files owned by another user
+    views_rewritten: bool = False
 
     @property
     def changed(self) -> bool:
         return bool(self.reindexed or self.quarantined or self.dropped or self.permissions_fixed
-                    or self.index_problem)
+                    or self.index_problem or self.views_rewritten)
 
     def to_dict(self) -> dict[str, Any]:
         return {"root": str(self.root), "kept": self.kept, "reindexed": self.reindexed,
                 "quarantined": [{"name": n, "reason": r, "to": str(p)} for n, r, p in self.quarantined],
                 "dropped": self.dropped, "permissions_fixed": [str(p) for p in self.permissions_fixed],
-                "index_problem": self.index_problem, "unfixable": self.unfixable}
+                "index_problem": self.index_problem, "unfixable": self.unfixable,
+                "views_rewritten": self.views_rewritten}
 
 
 def repair(store: CacheStore) -> RepairReport:
@@ -81,10 +83,10 @@ def repair(store: CacheStore) -> RepairReport:
         report.dropped.extend(e.name for k, e in indexed.items() if k not in entries
                               and not any(q[0] == e.name for q in report.quarantined))
         _fix_permissions(store, report)
-        if report.changed or not layout.index.exists() and entries:
-            write_index(layout.index, entries)
-        elif store.refresh_views():
-            report.reindexed.append("(dispatch views rewritten)")
+        stale_views = not report.index_problem and bool(view_problems(store, raw))
+        if report.changed or stale_views or (not layout.index.exists() and entries):
+            write_index(layout.index, entries, check_groups=True)
+            report.views_rewritten = stale_views
     store.delete_orphans(p for p in store.orphans() if p.parent == layout.tmp)
     return report
 

@@ -101,7 +101,7 @@ def verify(store: CacheStore) -> VerifyReport:
         if entry.kind == "kernel" and rkey is not None and rkey not in runtimes:
             report.problems.append(Problem(entry.key, entry.name, NO_RUNTIME, detail=str(rkey)[:12]))
     if not problem:
-        report.problems.extend(_view_problems(store, raw))
+        report.problems.extend(view_problems(store, raw))
     for directory, meta in store.unindexed():
         if meta is not None:
             report.problems.append(Problem(meta.key, meta.name, UNINDEXED, detail=str(directory)))
@@ -123,7 +123,8 @@ def entry_file_problems(store: CacheStore, entry: Entry, directory: Path) -> lis
     return out
 
 
-def _view_problems(store: CacheStore, raw: dict[str, dict[str, Any]]) -> list[Problem]:
+def view_problems(store: CacheStore, raw: dict[str, dict[str, Any]]) -> list[Problem]:
+    """How the dispatch views on disk differ from the ones the index `raw` implies."""
     views = store.layout.schema_root / VIEWS_DIR
     generation = index_generation(store.layout.index)
     try:

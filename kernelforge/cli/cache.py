@@ -169,13 +169,15 @@ def repair_cmd(cache: Optional[Path] = CacheOpt, fmt: Fmt = FormatOpt) -> None:
         console.print(f"quarantined: {name}: {reason} -> {where}", markup=False, soft_wrap=True)
     for name in report.dropped:
         console.print(f"dropped from the index (no files): {name}", markup=False)
+    if report.views_rewritten:
+        console.print("dispatch views: rewritten from the index", markup=False)
     for path in report.permissions_fixed:
         console.print(f"removed group/other write permission: {path}", markup=False, soft_wrap=True)
     for line in report.unfixable:
         console.print(f"NOT FIXED: {line}", markup=False, soft_wrap=True)
     rebuild = " ; run `kernelforge build` to rebuild what was quarantined or dropped" \
         if report.quarantined or report.dropped else ""
-    console.print(f"repaired: {report.kept + len([n for n in report.reindexed if not n.startswith('(')])} "
+    console.print(f"repaired: {report.kept + len(report.reindexed)} "
                   f"entries indexed, {len(report.quarantined)} quarantined, {len(report.dropped)} dropped"
                   + rebuild if report.changed else f"nothing to repair: {report.kept} entries intact",
                   markup=False, soft_wrap=True)

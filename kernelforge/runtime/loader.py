@@ -44,19 +44,21 @@ def fix_command(root: Any, entry: dict[str, Any]) -> str:
     return f"kernelforge build --verify --cache {root}"
 
 
-def entry_parts(entry: dict[str, Any]) -> tuple[str, ...]:
+def entry_parts(entry: dict[str, Any], root: Any = "ROOT") -> tuple[str, ...]:
     """The path components (below the cache root) of an entry's main file, from its key and kind.
 
-    Raises CorruptArtifact if the entry's stored path or main file name is anything else."""
+    Raises CorruptArtifact if the entry's stored path or main file name is anything else: the
+    index or its views were edited, which `cache repair` rebuilds from the entries' meta.json."""
     key, kind, name = entry.get("key"), entry.get("kind"), entry.get("name", "?")
+    fix = f"fix: kernelforge cache repair --cache {root}"
     try:
         rel = Layout.entry_rel_of(key, kind)  # type: ignore[arg-type]
         main = check_component(entry.get("main_file"), "main file")  # type: ignore[arg-type]
     except CacheError as exc:
-        raise CorruptArtifact(f"cache entry {name}: {exc}") from None
+        raise CorruptArtifact(f"cache entry {name}: {exc}; {fix}") from None
     if entry.get("path") != rel:
         raise CorruptArtifact(f"cache entry {name} [{str(key)[:12]}] names the path {entry.get('path')!r}, "
-                              f"not {rel!r} where its key lives")
+                              f"not {rel!r} where its key lives; {fix}")
     return (f"v{SCHEMA_VERSION}", *rel.split("/"), main)
 
 
@@ -64,7 +66,7 @@ def open_verified(trusted: TrustedRoot, entry: dict[str, Any], what: str) -> int
     """A descriptor of the entry's main file whose bytes match the index and the entry's meta.json.
 
     The caller owns the descriptor (positioned at 0)."""
-    parts = entry_parts(entry)
+    parts = entry_parts(entry, trusted.root)
     expected = entry.get("sha256")
     hint = fix_command(trusted.root, entry)
     try:
