@@ -20,6 +20,7 @@ from typing import Any, Callable, Sequence
 from ..cache import CacheStore, Entry
 from ..sources import source_hash
 from .keys import runtime_key, variant_key
+from .shard import shard_of
 from .toolchain import current_toolchain_id, toolchain
 
 MODULE_FILE = "module.so"
@@ -105,6 +106,9 @@ def _compile_one(variant: Any, key: str, root: str, runtime_path: str, runtime_k
 
 
 def _worker_init() -> None:
+    from .hermetic import pin_compile_env
+
+    pin_compile_env()  # before the DSL reads its environment
     # Import the compiler once per worker: the first compile in a process pays ~1 s of set-up.
     import cutlass.cute  # noqa: F401
 
@@ -116,12 +120,16 @@ def build_variants(
     jobs: int | None = None,
     on_result: Callable[[VariantResult], None] | None = None,
     on_start: Callable[[int], None] | None = None,
+    shard: tuple[int, int] | None = None,
 ) -> BuildReport:
-    """Build every variant not already in `store`; report each variant's outcome."""
+    """Build every variant not already in `store`; report each variant's outcome.
+
+    With `shard` (I, N), only the variants of that 1-based key partition (see shard.py), and the
+    runtime library, which every shard builds."""
     t0 = time.perf_counter()
     tc = toolchain()
     tc_id = current_toolchain_id()
-    keyed = [(v, variant_key(v.canonical(), source_hash(v.op), tc)) for v in variants]
+    keyed = shard_of([(v, variant_key(v.canonical(), source_hash(v.op), tc)) for v in variants], shard)
     index = store.index()
     results: list[VariantResult] = []
     todo = []
@@ -136,9 +144,10 @@ def build_variants(
         if on_result:
             on_result(r)
     runtime_built = False
-    if todo:
+    if todo or shard is not None:
         rt_entry, runtime_built = _build_runtime(store, tc, tc_id)
         rt_path = str(store.entry_dir(rt_entry) / rt_entry.main_file)
+    if todo:
         args = (str(store.layout.root), rt_path, rt_entry.key, tc, tc_id)
         jobs = max(1, min(jobs or os.cpu_count() or 1, len(todo)))
         ctx = multiprocessing.get_context("spawn")

@@ -19,13 +19,22 @@ def build(
     cache: Optional[str] = typer.Option(None, "--cache", help="Cache root (else $KERNELFORGE_CACHE_DIR, else cache/)."),
     only: Optional[List[str]] = typer.Option(None, "--only", help="Only variants whose name matches this glob."),
     verbose: bool = typer.Option(False, "--verbose", "-v", help="Print every variant's outcome."),
+    shard: Optional[str] = typer.Option(None, "--shard", help="Build only shard I of N (1-based, e.g. 2/4) of the "
+                                        "selection, partitioned by cache key; every shard builds the runtime library."),
+    check_reproducible: bool = typer.Option(False, "--check-reproducible", help="Build nothing: rebuild a sample of "
+                                            "the cached variants and the runtime library in a temporary cache and "
+                                            "compare bytes (exit 1 on any difference)."),
+    sample: int = typer.Option(4, "--sample", min=1, help="Variants --check-reproducible rebuilds (seeded sample)."),
 ) -> None:
     """Compile every enumerated variant ahead of time (no GPU needed) into the versioned cache."""
     from ..build.driver import build_variants
+    from ..build.hermetic import ignored_compile_env
+    from ..build.shard import parse_shard
     from ..spec import load_specs, select
 
     out, err = Console(), Console(stderr=True)
     try:
+        shard_spec = parse_shard(shard) if shard is not None else None
         paths = resolve_spec_paths(spec)
         variants = select(load_specs(paths), only=only, archs=arch)
         root, source = resolve_cache_root(cache)
@@ -37,6 +46,13 @@ def build(
         err.print("error: no variant matches the selection (--only/--arch)")
         raise typer.Exit(2)
     store = CacheStore(root)
+    for name in ignored_compile_env():
+        err.print(f"note: {name} is ignored: the compile workers drop settings outside the cache key", highlight=False)
+    if check_reproducible:
+        from .release import check_reproducible_cmd
+
+        raise typer.Exit(check_reproducible_cmd(variants, store, sample=sample, jobs=jobs, shard=shard_spec,
+                                                out=out, err=err))
     with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                   console=out, transient=False) as progress:
         task = progress.add_task("building", total=None)
@@ -54,7 +70,8 @@ def build(
                 progress.console.print(f"built {r.name} in {r.seconds:.2f}s", highlight=False)
 
         try:
-            report = build_variants(variants, store, jobs=jobs, on_result=on_result, on_start=on_start)
+            report = build_variants(variants, store, jobs=jobs, on_result=on_result, on_start=on_start,
+                                    shard=shard_spec)
         except KernelforgeError as exc:
             err.print(f"error: {exc}", highlight=False)
             raise typer.Exit(2)
@@ -63,6 +80,9 @@ def build(
         times = sorted(r.seconds for r in built)
         out.print(f"compile time per variant: min {times[0]:.2f}s, median {times[len(times) // 2]:.2f}s, "
                   f"max {times[-1]:.2f}s", highlight=False)
+    if shard_spec:
+        out.print(f"shard {shard_spec[0]}/{shard_spec[1]}: {len(report.results)} of {len(variants)} selected variant(s)",
+                  highlight=False)
     out.print(f"built {report.count('built')}, up to date {report.count('up to date')}, "
               f"failed {report.count('failed')} in {report.seconds:.1f}s", highlight=False)
     from .tune import import_table
