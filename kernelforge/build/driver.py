@@ -27,6 +27,7 @@ from ..errors import CacheNotWritable
 from .freshness import check_selection
 from .keys import runtime_key, variant_key
 from .pool import WorkerError, WorkerLost, WorkerPool, signals_held
+from .shard import shard_of
 from .toolchain import current_toolchain_id, toolchain
 
 MODULE_FILE = "module.so"
@@ -114,6 +115,9 @@ def _compile_one(variant: Any, key: str, root: str, runtime_path: str, runtime_k
 
 
 def _worker_init() -> None:
+    from .hermetic import pin_compile_env
+
+    pin_compile_env()  # before the DSL reads its environment
     # Import the compiler once per worker: the first compile in a process pays ~1 s of set-up.
     try:
         import cutlass.cute  # noqa: F401
@@ -162,13 +166,17 @@ def build_variants(
     on_result: Callable[[VariantResult], None] | None = None,
     on_start: Callable[[int], None] | None = None,
     verify: bool = False,
+    shard: tuple[int, int] | None = None,
 ) -> BuildReport:
     """Build every variant not already in `store` (or damaged there: see freshness.py; `verify`
-    re-hashes what is cached); report each variant's outcome."""
+    re-hashes what is cached); report each variant's outcome.
+
+    With `shard` (I, N), only the variants of that 1-based key partition (see shard.py), and the
+    runtime library, which every shard builds."""
     t0 = time.perf_counter()
     tc = toolchain()
     tc_id = current_toolchain_id()
-    keyed = [(v, variant_key(v.canonical(), source_hash(v.op), tc)) for v in variants]
+    keyed = shard_of([(v, variant_key(v.canonical(), source_hash(v.op), tc)) for v in variants], shard)
     plan = check_selection(store, keyed, runtime_key(tc), deep=verify)
     writable = store.writable_problem() is None
     if plan.writes and not writable:
@@ -190,7 +198,7 @@ def build_variants(
             on_result(r)
 
     runtime_built = False
-    if todo or plan.runtime_missing:
+    if todo or plan.runtime_missing or (shard is not None and writable):
         rt_entry, runtime_built = _build_runtime(store, tc, tc_id)
     if todo:
         rt_path = str(store.entry_dir(rt_entry) / rt_entry.main_file)

@@ -15,6 +15,11 @@ from ..errors import BuildError
 from .toolchain import site_paths
 
 SHIM_SOURCE = Path(__file__).with_name("cute_rt_shim.c")
+# Linker behaviour that distros set differently through their compiler specs or binutils
+# defaults, pinned so that the same inputs give the same bytes on any builder: no build-id
+# (a hash that also covers the linker version string), GNU hash only (a "both" default adds a
+# .hash section), RUNPATH rather than RPATH (upstream binutils' default; Debian's is RUNPATH).
+DETERMINISTIC_LDFLAGS = ["-Wl,--build-id=none", "-Wl,--hash-style=gnu", "-Wl,--enable-new-dtags"]
 
 
 def _run(cmd: list[str]) -> None:
@@ -34,7 +39,7 @@ def link_runtime(out_dir: Path, runtime_key: str) -> Path:
         "g++", "-shared", "-o", str(lib), f"-Wl,-soname,{name}", str(shim_obj),
         "-Wl,--whole-archive", str(paths["dialect_runtime"]), "-Wl,--no-whole-archive",
         str(paths["cudart_static"]), "-lpthread", "-ldl", "-lrt",
-        "-Wl,--exclude-libs,libcudart_static.a", "-Wl,--no-undefined", "-Wl,--build-id=none",
+        "-Wl,--exclude-libs,libcudart_static.a", "-Wl,--no-undefined", *DETERMINISTIC_LDFLAGS,
         "-s",  # no static symbol table: 28% fewer bytes to checksum on every process's first load
     ])
     shim_obj.unlink()
@@ -50,5 +55,5 @@ def link_module(obj: Path, out: Path, runtime_lib: Path, final_dir: Path) -> Non
     _run([
         "g++", "-shared", "-o", str(out), str(obj), str(runtime_lib),
         "-L" + str(site_paths()["tvm_ffi_lib"]), "-ltvm_ffi",
-        f"-Wl,-rpath,$ORIGIN/{rel}", "-Wl,--no-undefined", "-Wl,--as-needed", "-Wl,--build-id=none",
+        f"-Wl,-rpath,$ORIGIN/{rel}", "-Wl,--no-undefined", "-Wl,--as-needed", *DETERMINISTIC_LDFLAGS,
     ])

@@ -16,7 +16,7 @@ from typing import Any
 
 from ..errors import BuildError
 
-LINK_RECIPE_VERSION = 2  # bump when link.py changes how modules or the runtime are linked
+LINK_RECIPE_VERSION = 3  # bump when link.py changes how modules or the runtime are linked
 # Options that shape the generated code (arch is added per variant).
 COMPILE_OPTIONS = "--enable-tvm-ffi --opt-level 3"
 
@@ -60,6 +60,21 @@ def _compiler_version(cmd: str) -> str:
         return "unavailable"
 
 
+def _linker_version() -> str:
+    """First line of `--version` of the linker g++ runs (binutils is not part of g++'s version)."""
+    try:
+        ld = subprocess.run(["g++", "-print-prog-name=ld"], capture_output=True, text=True, check=True).stdout
+    except (OSError, subprocess.CalledProcessError):
+        return "unavailable"
+    return _compiler_version(ld.strip() or "ld")
+
+
+def _libc() -> str:
+    """The C library whose crt objects (crti.o, crtn.o) are linked into every module."""
+    name, version = platform.libc_ver()
+    return f"{name}-{version}" if name else "unknown"
+
+
 def _sha256_file(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
 
@@ -80,6 +95,9 @@ def toolchain() -> dict[str, Any]:
             "cudart": _dist_versions("nvidia-cuda-runtime"),
             "dialect_runtime_sha256": _sha256_file(site_paths()["dialect_runtime"]),
             "cxx": _compiler_version("g++"),
+            "cc": _compiler_version("gcc"),  # compiles the runtime's shim
+            "ld": _linker_version(),
+            "libc": _libc(),
             "host": f"{platform.system().lower()}-{platform.machine()}",
         },
     }

@@ -40,6 +40,12 @@ def build(
     verify: bool = typer.Option(False, "--verify", help="Re-hash the cached entries of the selection (and the "
                                 "runtime library, tuning tables) and rebuild damaged ones; without it only sizes "
                                 "are checked."),
+    shard: Optional[str] = typer.Option(None, "--shard", help="Build only shard I of N (1-based, e.g. 2/4) of the "
+                                        "selection, partitioned by cache key; every shard builds the runtime library."),
+    check_reproducible: bool = typer.Option(False, "--check-reproducible", help="Build nothing: rebuild a sample of "
+                                            "the cached variants and the runtime library in a temporary cache and "
+                                            "compare bytes (exit 1 on any difference)."),
+    sample: int = typer.Option(4, "--sample", min=1, help="Variants --check-reproducible rebuilds (seeded sample)."),
 ) -> None:
     """Compile every enumerated variant ahead of time (no GPU needed) into the versioned cache.
 
@@ -50,23 +56,43 @@ def build(
     tally = _Tally()
     try:
         with sigterm_raises():
-            _build(spec, arch, jobs, cache, only, verbose, verify, tally)
+            _build(BuildOptions(spec, arch, jobs, cache, only, verbose, verify, shard, check_reproducible, sample),
+                   tally)
     except (KeyboardInterrupt, Terminated) as exc:
         what, code = ("terminated", 143) if isinstance(exc, Terminated) else ("interrupted", 130)
         Console(stderr=True).print(tally.line(what), highlight=False)
         raise typer.Exit(code)
 
 
-def _build(spec: Optional[List[str]], arch: Optional[List[str]], jobs: Optional[int], cache: Optional[str],
-           only: Optional[List[str]], verbose: bool, verify: bool, tally: _Tally) -> None:
+@dataclass
+class BuildOptions:
+    """The command's options, as given."""
+
+    spec: Optional[List[str]]
+    arch: Optional[List[str]]
+    jobs: Optional[int]
+    cache: Optional[str]
+    only: Optional[List[str]]
+    verbose: bool
+    verify: bool
+    shard: Optional[str]
+    check_reproducible: bool
+    sample: int
+
+
+def _build(o: BuildOptions, tally: _Tally) -> None:
     from ..build.driver import build_variants
+    from ..build.hermetic import ignored_compile_env
+    from ..build.shard import parse_shard
     from ..spec import load_specs, select
 
     out, err = Console(), Console(stderr=True)
+    jobs, verbose, verify = o.jobs, o.verbose, o.verify
     try:
-        paths = resolve_spec_paths(spec)
-        variants = select(load_specs(paths), only=only, archs=arch)
-        root, source = resolve_cache_root(cache)
+        shard_spec = parse_shard(o.shard) if o.shard is not None else None
+        paths = resolve_spec_paths(o.spec)
+        variants = select(load_specs(paths), only=o.only, archs=o.arch)
+        root, source = resolve_cache_root(o.cache)
     except (KernelforgeError, ValueError) as exc:
         err.print(f"[red]error:[/red] {exc}", markup=True, highlight=False)
         raise typer.Exit(2)
@@ -75,6 +101,13 @@ def _build(spec: Optional[List[str]], arch: Optional[List[str]], jobs: Optional[
         err.print("error: no variant matches the selection (--only/--arch)")
         raise typer.Exit(2)
     store = CacheStore(root)
+    for name in ignored_compile_env():
+        err.print(f"note: {name} is ignored: the compile workers drop settings outside the cache key", highlight=False)
+    if o.check_reproducible:
+        from .release import check_reproducible_cmd
+
+        raise typer.Exit(check_reproducible_cmd(variants, store, sample=o.sample, jobs=jobs, shard=shard_spec,
+                                                out=out, err=err))
     with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                   console=out, transient=False) as progress:
         task = progress.add_task("building", total=None)
@@ -95,7 +128,7 @@ def _build(spec: Optional[List[str]], arch: Optional[List[str]], jobs: Optional[
 
         try:
             report = build_variants(variants, store, jobs=jobs, on_result=on_result, on_start=on_start,
-                                    verify=verify)
+                                    verify=verify, shard=shard_spec)
         except KernelforgeError as exc:
             err.print(f"error: {exc}", highlight=False, soft_wrap=True)
             raise typer.Exit(2)

@@ -1,4 +1,4 @@
-"""`kernelforge cache ...`: list, summarise, verify and clean the artifact cache."""
+"""`kernelforge cache ...`: list, summarise, verify, repair, clean and merge the artifact cache."""
 from __future__ import annotations
 
 import json
@@ -6,7 +6,7 @@ import os
 import sys
 from enum import Enum
 from pathlib import Path
-from typing import Optional
+from typing import List, Optional
 
 import typer
 from rich.console import Console
@@ -16,7 +16,7 @@ from kernelforge.cache import CacheStore, clean, stats, verify
 from kernelforge.config import resolve_cache_root
 from kernelforge.errors import CacheError
 
-app = typer.Typer(help="Inspect and manage the artifact cache (ls, stats, verify, repair, clean).",
+app = typer.Typer(help="Inspect and manage the artifact cache (ls, stats, verify, repair, clean, merge).",
                   no_args_is_help=True)
 
 CacheOpt = typer.Option(None, "--cache", help="Cache root (default: $KERNELFORGE_CACHE_DIR, the checkout's cache/, "
@@ -227,3 +227,37 @@ def clean_cmd(
         raise typer.Exit(2)
     console.print(f"removed {len(report.removed)} entries ({human_bytes(report.removed_bytes)}) "
                   f"and {len(report.orphans_removed)} orphan dirs", markup=False)
+
+
+@app.command("merge")
+def merge_cmd(
+    sources: List[Path] = typer.Argument(..., help="Source cache roots (e.g. the shards of a release build)."),
+    cache: Optional[Path] = CacheOpt,
+    fmt: Fmt = FormatOpt,
+) -> None:
+    """Merge source caches into the cache: verified copies published atomically; identical keys
+    skipped; conflicting bytes for one key refused (exit 1, both sha256s named)."""
+    from kernelforge.cache.merge import merge
+
+    store, source = _open(cache, must_exist=False)
+    missing = [s for s in sources if not s.is_dir()]
+    if missing:
+        _err().print(f"error: source cache {missing[0]} is not a directory", markup=False, soft_wrap=True)
+        raise typer.Exit(2)
+    try:
+        report = merge(sources, store)
+    except CacheError as exc:
+        _err().print(f"error: {exc}", markup=False, soft_wrap=True)
+        raise typer.Exit(2)
+    if fmt is Fmt.json:
+        print(json.dumps({**report.to_dict(), "root_source": source}, indent=1))
+        raise typer.Exit(0 if report.ok else 1)
+    console = _out()
+    _say_root(console, store, source)
+    for refused in report.refused:
+        console.print(f"{'CONFLICT' if refused.conflict else 'REFUSED'}: {refused}", markup=False, soft_wrap=True)
+    console.print(f"merged {len(report.merged)}, identical {len(report.identical)}, conflicts "
+                  f"{len(report.conflicts)}, refused {len(report.refused) - len(report.conflicts)} "
+                  f"from {len(sources)} source(s)", markup=False)
+    if not report.ok:
+        raise typer.Exit(1)

@@ -1,0 +1,34 @@
+"""The release steps of `kernelforge build`: the reproducibility check's output (--check-reproducible)."""
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+from rich.console import Console
+
+from ..cache import CacheStore
+from ..errors import KernelforgeError
+
+
+def check_reproducible_cmd(variants: Sequence[Any], store: CacheStore, *, sample: int, jobs: int | None,
+                           shard: tuple[int, int] | None, out: Console, err: Console) -> int:
+    """Run the check, print one line per artifact and a summary; return the exit code
+    (0 all OK, 1 any DIFFERS or FAILED, 2 nothing of the selection is cached or no toolchain)."""
+    from ..build.reproducible import OK, check_reproducible
+
+    try:
+        report = check_reproducible(variants, store, sample=sample, jobs=jobs, shard=shard)
+    except KernelforgeError as exc:
+        err.print(f"error: {exc}", highlight=False, markup=False, soft_wrap=True)
+        return 2
+    if not report.results:
+        err.print(f"error: none of the {len(variants)} selected variant(s) is in {store.root}; "
+                  "build them first", highlight=False, markup=False, soft_wrap=True)
+        return 2
+    for r in report.results:
+        line = f"{r.status} {r.name} [{r.key[:12]}] cached {r.cached_sha256 or '-'} rebuilt {r.rebuilt_sha256 or '-'}"
+        out.print(line + (f" ({r.detail})" if r.detail else ""), highlight=False, markup=False, soft_wrap=True)
+    bad = sum(r.status != OK for r in report.results)
+    out.print(f"reproducible: {len(report.results) - bad} OK, {bad} not, of {len(report.results)} artifact(s) "
+              f"rebuilt ({len(report.results) - 1} of {report.cached} cached variant(s) + the runtime library) "
+              f"in {report.seconds:.1f}s", highlight=False)
+    return 0 if report.ok else 1
