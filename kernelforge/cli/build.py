@@ -19,6 +19,8 @@ def build(
     cache: Optional[str] = typer.Option(None, "--cache", help="Cache root (else $KERNELFORGE_CACHE_DIR, else cache/)."),
     only: Optional[List[str]] = typer.Option(None, "--only", help="Only variants whose name matches this glob."),
     verbose: bool = typer.Option(False, "--verbose", "-v", help="Print every variant's outcome."),
+    remote: Optional[str] = typer.Option(None, "--remote", help="fsspec URL: pull the selection's missing "
+                                         "entries first, push what the remote lacks afterwards."),
 ) -> None:
     """Compile every enumerated variant ahead of time (no GPU needed) into the versioned cache."""
     from ..build.driver import build_variants
@@ -37,6 +39,10 @@ def build(
         err.print("error: no variant matches the selection (--only/--arch)")
         raise typer.Exit(2)
     store = CacheStore(root)
+    if remote:
+        from .transfer import build_pull
+
+        remote_keys = build_pull(store, remote, variants, out)
     with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                   console=out, transient=False) as progress:
         task = progress.add_task("building", total=None)
@@ -74,6 +80,10 @@ def build(
             except ValueError as exc:
                 err.print(f"error: {exc}", highlight=False)
                 raise typer.Exit(1)
+    if remote:
+        from .transfer import build_push
+
+        build_push(store, remote, remote_keys, out)
     if report.failed:
         for r in report.failed:
             err.print(f"failed: {r.name}", highlight=False)
