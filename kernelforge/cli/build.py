@@ -46,6 +46,8 @@ def build(
                                             "the cached variants and the runtime library in a temporary cache and "
                                             "compare bytes (exit 1 on any difference)."),
     sample: int = typer.Option(4, "--sample", min=1, help="Variants --check-reproducible rebuilds (seeded sample)."),
+    remote: Optional[str] = typer.Option(None, "--remote", help="fsspec URL: pull the selection's missing "
+                                         "entries first, push what the remote lacks afterwards."),
 ) -> None:
     """Compile every enumerated variant ahead of time (no GPU needed) into the versioned cache.
 
@@ -56,8 +58,8 @@ def build(
     tally = _Tally()
     try:
         with sigterm_raises():
-            _build(BuildOptions(spec, arch, jobs, cache, only, verbose, verify, shard, check_reproducible, sample),
-                   tally)
+            _build(BuildOptions(spec, arch, jobs, cache, only, verbose, verify, shard, check_reproducible, sample,
+                                remote), tally)
     except (KeyboardInterrupt, Terminated) as exc:
         what, code = ("terminated", 143) if isinstance(exc, Terminated) else ("interrupted", 130)
         Console(stderr=True).print(tally.line(what), highlight=False)
@@ -78,6 +80,7 @@ class BuildOptions:
     shard: Optional[str]
     check_reproducible: bool
     sample: int
+    remote: Optional[str]
 
 
 def _build(o: BuildOptions, tally: _Tally) -> None:
@@ -108,6 +111,10 @@ def _build(o: BuildOptions, tally: _Tally) -> None:
 
         raise typer.Exit(check_reproducible_cmd(variants, store, sample=o.sample, jobs=jobs, shard=shard_spec,
                                                 out=out, err=err))
+    if o.remote:
+        from .transfer import build_pull
+
+        remote_keys = build_pull(store, o.remote, variants, out)
     with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                   console=out, transient=False) as progress:
         task = progress.add_task("building", total=None)
@@ -157,6 +164,10 @@ def _build(o: BuildOptions, tally: _Tally) -> None:
             except ValueError as exc:
                 err.print(f"error: {exc}", highlight=False, soft_wrap=True)
                 raise typer.Exit(1)
+    if o.remote:
+        from .transfer import build_push
+
+        build_push(store, o.remote, remote_keys, out)
     if report.failed:
         for r in report.failed:
             err.print(f"failed: {r.name}", highlight=False)

@@ -1,4 +1,5 @@
-"""`kernelforge cache ...`: list, summarise, verify, repair, clean and merge the artifact cache."""
+"""`kernelforge cache ...`: list, summarise, verify, repair, clean and merge the artifact cache; move
+entries to and from remote stores and offline bundles."""
 from __future__ import annotations
 
 import json
@@ -16,7 +17,8 @@ from kernelforge.cache import CacheStore, clean, stats, verify
 from kernelforge.config import resolve_cache_root
 from kernelforge.errors import CacheError
 
-app = typer.Typer(help="Inspect and manage the artifact cache (ls, stats, verify, repair, clean, merge).",
+app = typer.Typer(help="Inspect and manage the artifact cache (ls, stats, verify, repair, clean, merge, push, "
+                       "pull, export, import).",
                   no_args_is_help=True)
 
 CacheOpt = typer.Option(None, "--cache", help="Cache root (default: $KERNELFORGE_CACHE_DIR, the checkout's cache/, "
@@ -260,4 +262,63 @@ def merge_cmd(
                   f"{len(report.conflicts)}, refused {len(report.refused) - len(report.conflicts)} "
                   f"from {len(sources)} source(s)", markup=False)
     if not report.ok:
+        raise typer.Exit(1)
+
+
+# ---- transfers: remote stores (fsspec) and offline bundles; logic in cache/remote.py and cache/bundle.py ----
+
+OnlyOpt = typer.Option(None, "--only", help="Only entries whose name (or key) matches this glob; "
+                                            "a kernel brings its runtime library.")
+
+
+@app.command("push")
+def push_cmd(url: str = typer.Argument(..., help="fsspec URL: file://, s3://, gs:// (HTTP is read-only)."),
+             cache: Optional[Path] = CacheOpt, only: Optional[list[str]] = OnlyOpt, fmt: Fmt = FormatOpt) -> None:
+    """Upload the entries the remote lacks (blobs, then the entry, then the remote index)."""
+    from kernelforge.cache.remote import push
+    from kernelforge.cli import transfer
+
+    store, _ = _open(cache)
+    transfer.show(transfer.run(push, store, url, only=only), _out(), as_json=fmt is Fmt.json)
+
+
+@app.command("pull")
+def pull_cmd(url: str = typer.Argument(..., help="fsspec URL: file://, s3://, gs://, http(s)://."),
+             cache: Optional[Path] = CacheOpt, only: Optional[list[str]] = OnlyOpt, fmt: Fmt = FormatOpt) -> None:
+    """Download the entries this cache lacks; every file is re-hashed before it is published."""
+    from kernelforge.cache.remote import pull
+    from kernelforge.cli import transfer
+
+    store, _ = _open(cache, must_exist=False)
+    transfer.show(transfer.run(pull, store, url, only=only), _out(), as_json=fmt is Fmt.json)
+
+
+@app.command("export")
+def export_cmd(file: Path = typer.Argument(..., help="The bundle to write (.tar.gz)."),
+               cache: Optional[Path] = CacheOpt, only: Optional[list[str]] = OnlyOpt, fmt: Fmt = FormatOpt) -> None:
+    """Write a deterministic .tar.gz bundle of entries (re-hashed first) for offline machines."""
+    from kernelforge.cache.bundle import export_bundle
+    from kernelforge.cli import transfer
+
+    store, _ = _open(cache)
+    transfer.show(transfer.run(export_bundle, store, file, only=only), _out(), as_json=fmt is Fmt.json)
+
+
+@app.command("import")
+def import_cmd(file: Path = typer.Argument(..., help="A bundle written by `cache export`."),
+               cache: Optional[Path] = CacheOpt,
+               verify_after: bool = typer.Option(False, "--verify", help="Then verify the whole cache."),
+               fmt: Fmt = FormatOpt) -> None:
+    """Import a bundle's entries this cache lacks: safe members only, every file re-hashed."""
+    from kernelforge.cache.bundle import import_bundle
+    from kernelforge.cli import transfer
+
+    store, _ = _open(cache, must_exist=False)
+    report = transfer.run(import_bundle, store, file)
+    checked = verify(store) if verify_after else None
+    if checked is not None:
+        report.notes.extend(f"verify: {p}" for p in checked.problems)
+        report.notes.append(f"verify: {'OK' if checked.ok else 'FAILED'} ({checked.entries} entries)")
+    transfer.show(report, _out(), as_json=fmt is Fmt.json)
+    if checked is not None and not checked.ok:
         raise typer.Exit(1)

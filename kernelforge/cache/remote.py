@@ -1,0 +1,261 @@
+"""Remote stores through fsspec (file://, s3://, gs://, http(s):// read-only): push and pull.
+
+Layout of a remote at URL (content-addressed; nothing is ever rewritten in place):
+
+```
+URL/v1/blobs/<sha[:2]>/<sha256>   every file of every entry, named by the sha256 of its bytes
+URL/v1/entries/<key>.json         one entry's metadata (Entry JSON, files' sha256 and sizes)
+URL/v1/remote-index.json          {"schema": 1, "format": "kernelforge-remote", "entries": {key: Entry JSON}}
+```
+
+Push order: an entry's blobs, then its `entries/<key>.json`, then the index, so every key the
+index lists has all its blobs. Blobs are immutable (same name, same bytes), so two pushers of the
+same key never mix files: each entry JSON describes blobs that exist. The index is re-read and
+merged just before it is written and read back afterwards (retried if a concurrent pusher's
+write dropped our keys); any key whose `entries/<key>.json` exists but that the index lacks (a
+lost race, a crashed push) is merged back by the next push. Pull never trusts the remote: every
+blob is re-hashed against the entry's metadata in a private staging dir before `publish`.
+Object stores make each PUT atomic; on file:// each object is written to a temporary name and
+renamed. Nothing is deleted from a remote (no remote garbage collection).
+"""
+from __future__ import annotations
+
+import json
+import shutil
+import uuid
+from pathlib import Path
+from typing import Any, Iterable
+
+from kernelforge.cache.entry import Entry
+from kernelforge.cache.layout import SCHEMA_VERSION, check_key
+from kernelforge.cache.store import CacheStore
+from kernelforge.cache.transfer import (Rejected, TransferError, TransferReport, bytes_problem, load_local_files,
+                                        parse_entries, publish_staged, runtime_key_of, runtime_missing,
+                                        select_entries, stage_file)
+from kernelforge.errors import CacheError
+
+REMOTE_FORMAT = "kernelforge-remote"
+INDEX_PATH = f"v{SCHEMA_VERSION}/remote-index.json"
+_READ_ONLY = ("http", "https")
+_EXTRA = {"s3": "remote-s3", "s3a": "remote-s3", "gs": "remote-gcs", "gcs": "remote-gcs", "http": "remote-http",
+          "https": "remote-http"}
+_INDEX_WRITE_TRIES = 3
+
+
+class Remote:
+    """One remote store: fsspec filesystem + root path, and the layout above."""
+
+    def __init__(self, url: str) -> None:
+        self.url = url.rstrip("/")
+        protocol = url.split("://", 1)[0] if "://" in url else "file"
+        try:
+            import fsspec
+
+            self.fs, root = fsspec.core.url_to_fs(url)
+        except ImportError as exc:
+            extra = _EXTRA.get(protocol, "remote")
+            raise TransferError(f"remote {url}: {protocol}:// needs a backend that is not installed ({exc}); "
+                                f"pip install 'kernelforge[{extra}]'") from None
+        except (ValueError, TypeError) as exc:
+            raise TransferError(f"remote {url}: not a usable fsspec URL ({exc})") from None
+        self.root = str(root).rstrip("/")
+        protocols = self.fs.protocol if isinstance(self.fs.protocol, (tuple, list)) else (self.fs.protocol,)
+        self.read_only = any(p in _READ_ONLY for p in protocols)
+        self.local = "file" in protocols or "local" in protocols
+
+    def path(self, rel: str) -> str:
+        return f"{self.root}/{rel}"
+
+    def blob_path(self, sha: str) -> str:
+        check_key(sha)
+        return self.path(f"v{SCHEMA_VERSION}/blobs/{sha[:2]}/{sha}")
+
+    def entry_path(self, key: str) -> str:
+        return self.path(f"v{SCHEMA_VERSION}/entries/{check_key(key)}.json")
+
+    # ---- reading ----
+
+    def read(self, path: str, what: str) -> bytes | None:
+        """The bytes at `path`, None if it does not exist; TransferError if the remote cannot be read."""
+        try:
+            return self.fs.cat_file(path)
+        except FileNotFoundError:
+            return None
+        except Exception as exc:  # fsspec backends raise their own types (aiohttp, botocore, ...)
+            raise TransferError(f"remote {self.url}: cannot read {what} ({type(exc).__name__}: {exc})") from None
+
+    def read_index(self) -> dict[str, Any] | None:
+        """The raw entries of the remote index, None if the remote has none."""
+        data = self.read(self.path(INDEX_PATH), INDEX_PATH)
+        if data is None:
+            return None
+        try:
+            obj = json.loads(data)
+        except ValueError as exc:
+            raise Rejected(f"remote {self.url}: {INDEX_PATH} is not JSON ({exc})") from None
+        if (not isinstance(obj, dict) or obj.get("schema") != SCHEMA_VERSION or obj.get("format") != REMOTE_FORMAT
+                or not isinstance(obj.get("entries"), dict)):
+            raise Rejected(f"remote {self.url}: {INDEX_PATH} is not a kernelforge v{SCHEMA_VERSION} remote index")
+        return obj["entries"]
+
+    def listed_entry_keys(self) -> list[str]:
+        """Keys with an entries/<key>.json (empty where the backend cannot list, e.g. HTTP)."""
+        try:
+            names = self.fs.ls(self.path(f"v{SCHEMA_VERSION}/entries"), detail=False)
+        except FileNotFoundError:
+            return []
+        except Exception as exc:
+            raise TransferError(f"remote {self.url}: cannot list entries ({type(exc).__name__}: {exc})") from None
+        return sorted(n.rsplit("/", 1)[-1][:-5] for n in names if str(n).endswith(".json"))
+
+    def has(self, path: str) -> bool:
+        try:
+            return bool(self.fs.exists(path))
+        except Exception as exc:
+            raise TransferError(f"remote {self.url}: cannot stat {path} ({type(exc).__name__}: {exc})") from None
+
+    # ---- writing ----
+
+    def require_writable(self) -> None:
+        if self.read_only:
+            raise TransferError(f"remote {self.url} is read-only (HTTP remotes can only be pulled from); "
+                                "push to a file://, s3:// or gs:// URL and serve that directory over HTTP")
+
+    def write(self, path: str, data: bytes) -> None:
+        """Store `data` at `path` so that readers see all of it or nothing."""
+        try:
+            if self.local:
+                parent = path.rsplit("/", 1)[0]
+                self.fs.makedirs(parent, exist_ok=True)
+                tmp = f"{parent}/.tmp-{uuid.uuid4().hex}"
+                self.fs.pipe_file(tmp, data)
+                self.fs.mv(tmp, path)
+            else:
+                self.fs.pipe_file(path, data)  # one PUT: atomic on object stores
+        except Exception as exc:
+            raise TransferError(f"remote {self.url}: cannot write {path} ({type(exc).__name__}: {exc})") from None
+
+    def write_index(self, entries: dict[str, Any]) -> None:
+        body = json.dumps({"schema": SCHEMA_VERSION, "format": REMOTE_FORMAT, "entries": entries},
+                          indent=1, sort_keys=True)
+        self.write(self.path(INDEX_PATH), body.encode())
+
+
+def push(store: CacheStore, url: str, *, only: Iterable[str] | None = None, keys: Iterable[str] | None = None) -> TransferReport:
+    """Upload the selected local entries the remote's index lacks (see the module docstring)."""
+    remote = Remote(url)
+    remote.require_writable()
+    report = TransferReport("push", str(store.root), remote.url)
+    remote_raw = remote.read_index() or {}
+    selected = select_entries(store.index(fresh=True), only=only, keys=keys)
+    report.selected = len(selected)
+    pushed: dict[str, Any] = {}
+    for entry in selected:
+        if entry.key in remote_raw:
+            report.present.append(entry.name)
+            continue
+        rkey = runtime_key_of(entry)
+        if rkey and rkey not in remote_raw and rkey not in pushed:
+            report.refuse(entry, f"not pushed to {remote.url}: its runtime library [{rkey[:12]}] is not there")
+            continue
+        files = load_local_files(store, entry)
+        if isinstance(files, str):
+            report.refuse(entry, f"not pushed to {remote.url}: {files}")
+            continue
+        for rel, data in files.items():
+            blob = remote.blob_path(entry.files[rel]["sha256"])
+            if not remote.has(blob):
+                remote.write(blob, data)
+                report.files += 1
+                report.bytes += len(data)
+        remote.write(remote.entry_path(entry.key), json.dumps(entry.to_json(), indent=1, sort_keys=True).encode())
+        pushed[entry.key] = entry.to_json()
+        report.transferred.append(entry.name)
+    _update_index(remote, pushed, report)
+    return report
+
+
+def _update_index(remote: Remote, pushed: dict[str, Any], report: TransferReport) -> None:
+    """Merge `pushed` (and entries a lost race left out) into the remote index; check it stuck."""
+    current = remote.read_index() or {}
+    healed: dict[str, Any] = {}
+    for key in remote.listed_entry_keys():
+        if key in current or key in pushed:
+            continue
+        data = remote.read(remote.entry_path(key), f"entries/{key}.json")
+        try:
+            entry = Entry.from_json(json.loads(data or b"null"))
+        except (ValueError, CacheError, TypeError):
+            continue  # not a usable entry file: pull would refuse it anyway
+        if entry.key == key:
+            healed[key] = entry.to_json()
+            report.notes.append(f"re-indexed {entry.name} [{key[:12]}] (pushed earlier, missing from the index)")
+    for attempt in range(_INDEX_WRITE_TRIES):
+        if attempt:
+            current = remote.read_index() or {}
+        merged = {**pushed, **healed, **current}  # an entry already indexed stays as indexed
+        if merged == current:
+            return
+        remote.write_index(merged)
+        after = remote.read_index() or {}
+        if all(k in after for k in merged):
+            return
+    report.notes.append(f"the index of {remote.url} kept losing keys to concurrent pushers; "
+                        "run push again (the entries themselves are complete)")
+
+
+def pull(store: CacheStore, url: str, *, only: Iterable[str] | None = None, keys: Iterable[str] | None = None,
+         missing_ok: bool = False) -> TransferReport:
+    """Download the selected remote entries the local cache lacks, verify every file, publish each.
+
+    A remote without an index is an error, unless `missing_ok` (then nothing is pulled)."""
+    remote = Remote(url)
+    report = TransferReport("pull", remote.url, str(store.root))
+    raw = remote.read_index()
+    if raw is None and missing_ok:
+        report.notes.append(f"remote {remote.url} holds no entries yet")
+        return report
+    if raw is None:
+        raise TransferError(f"remote {remote.url} has no {INDEX_PATH}: nothing was pushed there, or the URL is wrong")
+    selected = select_entries(parse_entries(raw, f"remote {remote.url}", report), only=only, keys=keys)
+    report.selected = len(selected)
+    arrived: set[str] = set()
+    for entry in selected:
+        if store.get(entry.key) is not None:
+            report.present.append(entry.name)
+            continue
+        why = runtime_missing(entry, store, arrived)
+        if why:
+            report.refuse(entry, f"not pulled from {remote.url}: {why}")
+            continue
+        staging = store.staging_dir()
+        try:
+            problem, nbytes = _fetch_into(remote, entry, staging)
+        except BaseException:
+            shutil.rmtree(staging, ignore_errors=True)
+            raise
+        if problem:
+            shutil.rmtree(staging, ignore_errors=True)
+            report.refuse(entry, f"{problem}; nothing of it was published")
+            continue
+        publish_staged(store, entry, staging)
+        arrived.add(entry.key)
+        report.transferred.append(entry.name)
+        report.files += len(entry.files)
+        report.bytes += nbytes
+    return report
+
+
+def _fetch_into(remote: Remote, entry: Entry, staging: Path) -> tuple[str | None, int]:
+    """Download `entry`'s files into `staging`, each checked on arrival: (why not, None if all match; bytes)."""
+    nbytes = 0
+    for rel, info in sorted(entry.files.items()):
+        data = remote.read(remote.blob_path(str(info["sha256"])), f"blob of {entry.name} [{entry.key[:12]}] {rel}")
+        if data is None:
+            return f"file {rel} is missing from {remote.url}", nbytes
+        mismatch = bytes_problem(data, info)
+        if mismatch:
+            return f"file {rel} from {remote.url} {mismatch}", nbytes
+        stage_file(staging, rel, data)
+        nbytes += len(data)
+    return None, nbytes

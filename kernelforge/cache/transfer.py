@@ -1,0 +1,176 @@
+"""What push, pull, export and import share: selecting entries, checking bytes, publishing, reports.
+
+Every transfer moves whole entries, compares keys first (an entry the destination already has
+is never sent), checks every file's size and sha256 against the entry's metadata on arrival,
+and publishes only through `CacheStore.publish`, so a reader of the local cache never sees a
+half-arrived or unverified entry.
+"""
+from __future__ import annotations
+
+import hashlib
+import re
+import shutil
+from dataclasses import dataclass, field
+from fnmatch import fnmatchcase
+from pathlib import Path
+from typing import Any, Iterable, Mapping
+
+from kernelforge.cache.entry import Entry
+from kernelforge.cache.store import CacheStore
+from kernelforge.errors import CacheError
+
+# Runtime libraries first, so a kernel is never indexed before the library it links.
+_KIND_ORDER = {"runtime": 0, "tuning": 1, "kernel": 2}
+_SHA256 = re.compile(r"[0-9a-f]{64}")
+_PUBLISH_FIELDS = ("kind", "op", "name", "variant", "arch", "toolchain_id", "toolchain", "source_hash",
+                   "main_file", "build_time_s", "extra")
+
+
+class TransferError(CacheError):
+    """A transfer could not start or finish: bad URL or file, unreachable or read-only remote (CLI exit 2)."""
+
+
+class Rejected(TransferError):
+    """The source as a whole failed verification: an unsafe bundle, a malformed remote index (CLI exit 1)."""
+
+
+@dataclass(frozen=True)
+class Refusal:
+    """One entry that was not transferred, and why (nothing of it reached the destination)."""
+
+    key: str
+    name: str
+    reason: str
+
+    def __str__(self) -> str:
+        return f"{self.name} [{self.key[:12]}]: {self.reason}"
+
+
+@dataclass
+class TransferReport:
+    """What a push, pull, export or import did."""
+
+    action: str
+    source: str
+    dest: str
+    selected: int = 0
+    present: list[str] = field(default_factory=list)  # names the destination already had
+    transferred: list[str] = field(default_factory=list)  # names sent and committed
+    refused: list[Refusal] = field(default_factory=list)
+    files: int = 0  # file objects actually moved (a push skips blobs the remote already holds)
+    bytes: int = 0
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return not self.refused
+
+    def refuse(self, entry: Entry | Mapping[str, Any], reason: str) -> None:
+        key = entry.key if isinstance(entry, Entry) else str(entry.get("key", "?"))
+        name = entry.name if isinstance(entry, Entry) else str(entry.get("name", "?"))
+        self.refused.append(Refusal(key, name, reason))
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"action": self.action, "source": self.source, "dest": self.dest, "ok": self.ok,
+                "selected": self.selected, "present": self.present, "transferred": self.transferred,
+                "refused": [vars(r) for r in self.refused], "files": self.files, "bytes": self.bytes,
+                "notes": self.notes}
+
+
+def select_entries(entries: Mapping[str, Entry], *, only: Iterable[str] | None = None,
+                   keys: Iterable[str] | None = None) -> list[Entry]:
+    """Entries whose name or key matches any `only` glob and whose key is in `keys` (None: no filter),
+    plus the runtime library each selected kernel links (when `entries` holds it), runtime first."""
+    patterns = list(only or [])
+    wanted = None if keys is None else set(keys)
+    chosen: dict[str, Entry] = {}
+    for key, entry in entries.items():
+        if patterns and not any(fnmatchcase(entry.name, p) or fnmatchcase(key, p) for p in patterns):
+            continue
+        if wanted is not None and key not in wanted:
+            continue
+        chosen[key] = entry
+    for entry in list(chosen.values()):
+        rkey = runtime_key_of(entry)
+        if rkey and rkey in entries:
+            chosen.setdefault(rkey, entries[rkey])
+    return sorted(chosen.values(), key=lambda e: (_KIND_ORDER.get(e.kind, 3), e.name, e.key))
+
+
+def runtime_key_of(entry: Entry) -> str | None:
+    """The key of the runtime library a kernel entry links, if it records one."""
+    rkey = entry.extra.get("runtime_key") if entry.kind == "kernel" else None
+    return rkey if isinstance(rkey, str) else None
+
+
+def parse_entries(raw: Mapping[str, Any], where: str, report: TransferReport) -> dict[str, Entry]:
+    """Entries of a foreign index (remote or bundle); malformed ones are refused in `report`."""
+    out: dict[str, Entry] = {}
+    for key, data in raw.items():
+        try:
+            entry = Entry.from_json(data)
+            if entry.key != key:
+                raise CacheError(f"listed under {key!r} but names itself {entry.key!r}")
+            bad = [rel for rel, info in entry.files.items() if not _SHA256.fullmatch(str(info["sha256"]))]
+            if bad:
+                raise CacheError(f"file {bad[0]!r} has no sha256 hex digest")
+        except (CacheError, TypeError, KeyError) as exc:
+            name = data.get("name", "?") if isinstance(data, Mapping) else "?"
+            report.refuse({"key": key, "name": name}, f"{where}: malformed metadata ({exc})")
+            continue
+        out[key] = entry
+    return out
+
+
+def bytes_problem(data: bytes, info: Mapping[str, Any]) -> str | None:
+    """Why `data` is not the file `info` ({sha256, size}) records, or None if it is."""
+    if len(data) != int(info["size"]):
+        return f"has {len(data)} bytes, its metadata records {info['size']}"
+    digest = hashlib.sha256(data).hexdigest()
+    if digest != info["sha256"]:
+        return f"sha256 mismatch (recorded {str(info['sha256'])[:16]}, received {digest[:16]})"
+    return None
+
+
+def stage_file(staging: Path, rel: str, data: bytes) -> None:
+    """Write one verified file into a staging dir (`rel` was validated by Entry.from_json)."""
+    path = staging.joinpath(*rel.split("/"))
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "xb") as f:
+        f.write(data)
+
+
+def runtime_missing(entry: Entry, store: CacheStore, arriving: set[str]) -> str | None:
+    """Why a kernel cannot be published next to its runtime library, or None if it can."""
+    rkey = runtime_key_of(entry)
+    if rkey is None or rkey in arriving or store.get(rkey) is not None:
+        return None
+    return f"its runtime library [{rkey[:12]}] is neither in the cache nor among the verified arrivals"
+
+
+def load_local_files(store: CacheStore, entry: Entry) -> dict[str, bytes] | str:
+    """{rel: bytes} of a local entry, each checked against its metadata; or why it cannot be sent."""
+    directory = store.entry_dir(entry)
+    out: dict[str, bytes] = {}
+    for rel, info in sorted(entry.files.items()):
+        path = directory.joinpath(*rel.split("/"))
+        if path.is_symlink():
+            return f"local file {rel} is a symlink"
+        try:
+            data = path.read_bytes()
+        except OSError as exc:
+            return f"local file {rel} is unreadable ({exc.strerror})"
+        problem = bytes_problem(data, info)
+        if problem:
+            return f"local file {rel} {problem}; run `kernelforge cache repair --cache {store.root}`"
+        out[rel] = data
+    return out
+
+
+def publish_staged(store: CacheStore, entry: Entry, staging: Path) -> Entry:
+    """Publish a staging dir holding exactly `entry`'s verified files as `entry` (its metadata kept,
+    `created` becomes the time it arrived). Consumes `staging`."""
+    try:
+        return store.publish(entry.key, staging, **{f: getattr(entry, f) for f in _PUBLISH_FIELDS})
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)

@@ -1,0 +1,63 @@
+"""Printing and exit codes of the transfer commands (cache push/pull/export/import, build --remote)."""
+from __future__ import annotations
+
+import json
+from typing import Any, Callable, Sequence
+
+import typer
+from rich.console import Console
+
+from kernelforge.cache.store import CacheStore
+from kernelforge.cache.transfer import Rejected, TransferReport
+from kernelforge.errors import CacheError
+
+
+def run(fn: Callable[..., TransferReport], *args: Any, **kwargs: Any) -> TransferReport:
+    """Call a transfer; one line on stderr and exit 1 (source failed verification) or 2 (cannot run)."""
+    try:
+        return fn(*args, **kwargs)
+    except Rejected as exc:
+        Console(stderr=True, highlight=False).print(f"error: {exc}", markup=False, soft_wrap=True)
+        raise typer.Exit(1)
+    except CacheError as exc:
+        Console(stderr=True, highlight=False).print(f"error: {exc}", markup=False, soft_wrap=True)
+        raise typer.Exit(2)
+
+
+def show(report: TransferReport, console: Console, *, as_json: bool = False) -> None:
+    """Print a report (refusals first, then one summary line); exit 1 if anything was refused."""
+    if as_json:
+        print(json.dumps(report.to_dict(), indent=1))
+    else:
+        for note in report.notes:
+            console.print(f"note: {note}", markup=False, soft_wrap=True)
+        for refusal in report.refused:
+            console.print(f"REFUSED: {refusal}", markup=False, soft_wrap=True)
+        moved = f"{report.files} file(s), {report.bytes} bytes"
+        console.print(f"{report.action} {report.source} -> {report.dest}: {len(report.transferred)} entries "
+                      f"transferred ({moved}), {len(report.present)} already there, {len(report.refused)} refused, "
+                      f"of {report.selected} selected", markup=False, soft_wrap=True)
+    if not report.ok:
+        raise typer.Exit(1)
+
+
+def build_pull(store: CacheStore, url: str, variants: Sequence[Any], console: Console) -> set[str]:
+    """`build --remote`, before compiling: pull the selection's missing keys; returns the keys.
+    Refused entries are reported and then built locally."""
+    from kernelforge.build.selection import selection_keys
+    from kernelforge.cache.remote import pull
+
+    keys = selection_keys(variants)
+    report = run(pull, store, url, keys=keys, missing_ok=True)
+    try:
+        show(report, console)
+    except typer.Exit:
+        console.print("the refused entries will be built locally", markup=False)
+    return keys
+
+
+def build_push(store: CacheStore, url: str, keys: set[str], console: Console) -> None:
+    """`build --remote`, after compiling: push the selection's entries the remote lacks (exit 1 on refusals)."""
+    from kernelforge.cache.remote import push
+
+    show(run(push, store, url, keys=keys), console)
