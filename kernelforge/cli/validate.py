@@ -10,7 +10,7 @@ from typing import Optional
 import typer
 
 from ..cache import CacheStore, verify
-from ..config import resolve_cache_root
+from ..config import gpu_test_dir, resolve_cache_root
 
 
 def validate(
@@ -27,9 +27,9 @@ def validate(
         raise typer.Exit(1)
     if not tests:
         return
-    test_dir = Path(__file__).resolve().parents[2] / "tests"
+    test_dir = gpu_test_dir()
     if not test_dir.is_dir():
-        typer.echo(f"error: GPU tests not found at {test_dir} (validate runs from a checkout)", err=True)
+        typer.echo(f"error: GPU tests not found at {test_dir} (reinstall kernelforge)", err=True)
         raise typer.Exit(2)
     env = {**os.environ, "KERNELFORGE_CACHE_DIR": str(root), "KERNELFORGE_REQUIRE_GPU": "1"}
     rc = subprocess.call([sys.executable, "-m", "pytest", "-m", "gpu", "-q", str(test_dir)], env=env)
