@@ -14,6 +14,29 @@ def checkout_root() -> Path | None:
     return root if (root / "pyproject.toml").is_file() else None
 
 
+def data_dir() -> Path:
+    """The package's data: specs/ (the default spec files) and tuning/ (the committed tuning tables).
+
+    Shipped inside the package, so a checkout and an installed wheel find them the same way."""
+    return Path(__file__).resolve().parent / "data"
+
+
+def default_spec_dir() -> Path:
+    """Where the default spec files live (data_dir()/specs)."""
+    return data_dir() / "specs"
+
+
+def tuning_dir_for(spec_path: Path) -> Path:
+    """The tuning tables that go with a spec file: the `tuning/` beside its directory
+    (for the default specs, data_dir()/tuning)."""
+    return Path(spec_path).parent.parent / "tuning"
+
+
+def gpu_test_dir() -> Path:
+    """The GPU tests `kernelforge validate` runs (shipped in the package: kernelforge/validation)."""
+    return Path(__file__).resolve().parent / "validation"
+
+
 def user_cache_dir() -> Path:
     """$XDG_CACHE_HOME/kernelforge, or ~/.cache/kernelforge."""
     xdg = os.environ.get("XDG_CACHE_HOME", "")
@@ -44,7 +67,7 @@ def _tomls(directory: Path) -> list[Path]:
 
 def resolve_spec_paths(cli_values: list[str | os.PathLike[str]] | None = None) -> list[Path]:
     """Spec files: the CLI's (files, or directories of *.toml), else $KERNELFORGE_SPEC_DIR/*.toml,
-    else the checkout's specs/*.toml; raise ValueError naming what was searched when none is found."""
+    else the package's default specs (data_dir()/specs/*.toml); raise ValueError naming what was searched when none is found."""
     if cli_values:
         paths: list[Path] = []
         for value in cli_values:
@@ -65,12 +88,10 @@ def resolve_spec_paths(cli_values: list[str | os.PathLike[str]] | None = None) -
         if not found:
             raise ValueError(f"${SPEC_ENV}={env} holds no *.toml spec files")
         return found
-    checkout = checkout_root()
-    if checkout is not None:
-        found = _tomls(checkout / "specs")
-        if found:
-            return found
+    found = _tomls(default_spec_dir()) if default_spec_dir().is_dir() else []
+    if found:
+        return found
     raise ValueError(
-        "no spec files found: pass --spec FILE (or a directory), set "
-        f"${SPEC_ENV} to a directory of *.toml files, or run from a source checkout with specs/*.toml"
+        "no spec files found: pass --spec FILE (or a directory), or set "
+        f"${SPEC_ENV} to a directory of *.toml files (the package's {default_spec_dir()} holds none)"
     )

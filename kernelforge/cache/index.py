@@ -58,10 +58,15 @@ def write_index(path: Path, entries: dict[str, dict[str, Any]], *, check_groups:
     the first bytes; the views name the generation they were derived from.
     """
     generation = uuid.uuid4().hex
-    body = json.dumps({"schema": SCHEMA_VERSION, "entries": entries}, indent=1, sort_keys=True)
-    text = f'{{"generation": "{generation}",' + body[1:]
+    text = index_text(entries, generation)
     atomic_write_text(path, text)
     write_dispatch_views(path, entries, generation, len(text.encode("utf-8")), check_groups=check_groups)
+
+
+def index_text(entries: dict[str, dict[str, Any]], generation: str) -> str:
+    """The bytes of an index of `entries` with generation id `generation` (32 hex digits)."""
+    body = json.dumps({"schema": SCHEMA_VERSION, "entries": entries}, indent=1, sort_keys=True)
+    return f'{{"generation": "{generation}",' + body[1:]
 
 
 def atomic_write_text(path: Path, payload: str) -> None:

@@ -5,6 +5,7 @@ import typer
 
 from . import build as _build
 from . import cache as _cache
+from . import package as _package
 from . import specs as _specs
 from . import tune as _tune
 from . import validate as _validate
@@ -14,6 +15,7 @@ app = typer.Typer(help="Ahead-of-time CuTe-DSL kernel builds and a versioned art
 app.command("build")(_build.build)
 app.command("validate")(_validate.validate)
 app.command("tune")(_tune.tune)
+app.command("package")(_package.package)
 app.add_typer(_specs.app, name="specs")
 app.add_typer(_cache.app, name="cache")
 

@@ -14,7 +14,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from ..cache import CacheStore
-from ..config import resolve_cache_root, resolve_spec_paths
+from ..config import resolve_cache_root, resolve_spec_paths, tuning_dir_for
 from ..errors import KernelforgeError
 
 
@@ -31,7 +31,7 @@ class _Tally:
 
 
 def build(
-    spec: Optional[List[str]] = typer.Option(None, "--spec", help="Spec file(s); default: the checkout's specs/*.toml."),
+    spec: Optional[List[str]] = typer.Option(None, "--spec", help="Spec file(s); default: the package's kernelforge/data/specs/*.toml."),
     arch: Optional[List[str]] = typer.Option(None, "--arch", help="Only these arches (e.g. sm_90a)."),
     jobs: Optional[int] = typer.Option(None, "--jobs", "-j", min=1, help="Worker processes (default: CPU count)."),
     cache: Optional[str] = typer.Option(None, "--cache", help="Cache root (else $KERNELFORGE_CACHE_DIR, else cache/)."),
@@ -153,7 +153,7 @@ def _build(o: BuildOptions, tally: _Tally) -> None:
               f"failed {report.count('failed')} in {report.seconds:.1f}s", highlight=False)
     from .tune import import_table
 
-    for table in sorted({p.parent.parent / "tuning" for p in paths}):
+    for table in sorted({tuning_dir_for(p) for p in paths}):
         for path in sorted(table.glob("*.json")) if table.is_dir() else ():
             try:
                 out.print(f"tuning table {path.name}: {import_table(store, path, verify=verify)}", highlight=False,

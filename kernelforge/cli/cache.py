@@ -14,6 +14,8 @@ from rich.console import Console
 from rich.table import Table
 
 from kernelforge.cache import CacheStore, clean, stats, verify
+from kernelforge.cache.entry import Entry
+from kernelforge.cache.layers import EXPLICIT_SOURCES, Layer, resolve_layers
 from kernelforge.config import resolve_cache_root
 from kernelforge.errors import CacheError
 
@@ -53,6 +55,26 @@ def _open(cache: Optional[Path], *, must_exist: bool = True) -> tuple[CacheStore
     return CacheStore(root), source
 
 
+def _open_layers(cache: Optional[Path]) -> list[tuple[CacheStore, Layer]]:
+    """The layers ls/stats/verify report on: an explicit root alone (exit 2 if it is missing),
+    else the user/checkout cache (skipped if it does not exist) and every installed kernel wheel."""
+    layers = resolve_layers(cache)
+    if layers[0].source in EXPLICIT_SOURCES or len(layers) == 1:
+        store, _ = _open(cache)
+        return [(store, layers[0])]
+    found = [(CacheStore(layer.root), layer) for layer in layers if layer.root.is_dir() or layer.source == "wheel"]
+    if not found:
+        _open(cache)  # exits 2 naming the missing root
+    return found
+
+
+def _say_layers(console: Console, layers: list[tuple[CacheStore, Layer]]) -> None:
+    for store, layer in layers:
+        status = "read-write" if layer.writable else "read-only"
+        refused = f"; REFUSED by the runtime: {layer.refused}" if layer.refused else ""
+        console.print(f"layer {layer.label}: {store.root} ({status}{refused})", markup=False, soft_wrap=True)
+
+
 def _say_root(console: Console, store: CacheStore, source: str) -> None:
     console.print(f"cache: {store.root} (from {source})", markup=False, soft_wrap=True)
 
@@ -69,39 +91,66 @@ def human_bytes(n: int) -> str:
 
 @app.command("ls")
 def ls_cmd(cache: Optional[Path] = CacheOpt, fmt: Fmt = FormatOpt) -> None:
-    """List the cached entries."""
-    store, source = _open(cache)
-    entries = list(store.iter_entries())
+    """List the cached entries of every layer (or of --cache alone), with the layer that serves each."""
+    layers = _open_layers(cache)
+    rows: list[tuple[Entry, Layer]] = []
+    seen: set[str] = set()
+    shadowed = 0
+    for store, layer in layers:
+        for e in store.iter_entries():
+            if e.key in seen:
+                shadowed += 1  # an earlier layer serves the same key
+                continue
+            seen.add(e.key)
+            rows.append((e, layer))
+    first_store, first = layers[0]
+    layered = first.source not in EXPLICIT_SOURCES
     if fmt is Fmt.json:
-        print(json.dumps({"root": str(store.root), "root_source": source,
-                          "entries": [e.to_json() for e in entries]}, indent=1))
+        print(json.dumps({"root": str(first_store.root), "root_source": first.source,
+                          "layers": [layer.to_dict() for _, layer in layers], "shadowed": shadowed,
+                          "entries": [{**e.to_json(), "layer": layer.label} for e, layer in rows]}, indent=1))
         return
     console = _out()
-    _say_root(console, store, source)
+    if layered:
+        _say_layers(console, layers)
+    else:
+        _say_root(console, first_store, first.source)
     table = Table(show_edge=False)
-    for col in ("name", "arch", "kind", "size", "sha256", "toolchain", "built"):
+    cols = ("name", "arch", "kind", "size", "sha256", "toolchain", "built") + (("layer",) if layered else ())
+    for col in cols:
         table.add_column(col, justify="right" if col == "size" else "left", no_wrap=col != "name",
                          min_width=12 if col == "name" else None)
-    for e in entries:
+    for e, layer in rows:
         built = e.created.replace("T", " ")[:16]
-        table.add_row(e.name, e.arch, e.kind, human_bytes(e.size), e.sha256[:12], e.toolchain_id[:12], built)
+        extra = (layer.label + (" (refused)" if layer.refused else ""),) if layered else ()
+        table.add_row(e.name, e.arch, e.kind, human_bytes(e.size), e.sha256[:12], e.toolchain_id[:12], built, *extra)
     console.print(table)
-    console.print(f"{len(entries)} entries", markup=False)
+    note = f" ({shadowed} more shadowed by an earlier layer)" if shadowed else ""
+    console.print(f"{len(rows)} entries{note}", markup=False)
 
 
 @app.command("stats")
 def stats_cmd(cache: Optional[Path] = CacheOpt, fmt: Fmt = FormatOpt) -> None:
-    """Summarise the cache: totals, then entries and bytes per kind/op/arch and per toolchain."""
-    store, source = _open(cache)
-    report = stats(store)
+    """Summarise each layer: totals, then entries and bytes per kind/op/arch and per toolchain."""
+    layers = _open_layers(cache)
+    reports = [(stats(store), layer) for store, layer in layers]
     if fmt is Fmt.json:
-        print(json.dumps({**report.to_dict(), "root_source": source}, indent=1))
+        report, layer = reports[0]
+        print(json.dumps({**report.to_dict(), "root_source": layer.source,
+                          "layers": [{**lay.to_dict(), **r.to_dict()} for r, lay in reports]}, indent=1))
         return
     console = _out()
+    for report, layer in reports:
+        _print_stats(console, report, layer, layer.source not in EXPLICIT_SOURCES)
+
+
+def _print_stats(console: Console, report, layer: Layer, layered: bool) -> None:
     summary = Table(show_header=False, show_edge=False, box=None)
     summary.add_column(style="bold")
     summary.add_column()
-    summary.add_row("Cache root", f"{report.root} (from {source})")
+    if layered:
+        summary.add_row("Layer", layer.label + (f" (REFUSED by the runtime: {layer.refused})" if layer.refused else ""))
+    summary.add_row("Cache root", f"{report.root} (from {layer.source})")
     summary.add_row("Schema", f"v{report.schema}")
     summary.add_row("Entries", str(report.entries))
     summary.add_row("Total size", human_bytes(report.bytes))
@@ -124,25 +173,45 @@ def stats_cmd(cache: Optional[Path] = CacheOpt, fmt: Fmt = FormatOpt) -> None:
 
 @app.command("verify")
 def verify_cmd(cache: Optional[Path] = CacheOpt, fmt: Fmt = FormatOpt) -> None:
-    """Prove the cache is what its index says (files, references, views, modes); exit 1 if not."""
-    store, source = _open(cache)
-    report = verify(store)
+    """Prove each layer is what its index says (files, references, views, modes; a kernel wheel
+    also against its SHA256SUMS); exit 1 if any layer is not."""
+    layers = _open_layers(cache)
+    results = []
+    for store, layer in layers:
+        report = verify(store)
+        if layer.source == "wheel":
+            from kernelforge.cache.verify import Problem
+            from kernelforge.release.kernels import sums_problems
+
+            report.problems.extend(Problem("", "", "SHA256SUMS", detail=p) for p in sums_problems(store.root.parent))
+        results.append((store, layer, report))
+    ok = all(report.ok for _, _, report in results)
     if fmt is Fmt.json:
-        print(json.dumps({**report.to_dict(), "root_source": source}, indent=1))
-        raise typer.Exit(0 if report.ok else 1)
+        store, layer, report = results[0]
+        print(json.dumps({**report.to_dict(), "root_source": layer.source,
+                          "layers": [{**lay.to_dict(), **r.to_dict()} for _, lay, r in results]}, indent=1))
+        raise typer.Exit(0 if ok else 1)
     console = _out()
-    _say_root(console, store, source)
-    for problem in report.problems:
-        console.print(f"PROBLEM: {problem}", markup=False, soft_wrap=True)
-    for orphan in report.orphans:
-        console.print(f"debris (not an entry; `kernelforge cache clean` removes it): {orphan}", markup=False,
-                      soft_wrap=True)
-    if not report.ok:
-        console.print(f"FAILED: {len(report.problems)} problem(s) in {report.entries} entries; fix: "
-                      f"`kernelforge cache repair --cache {store.root}`, then `kernelforge build` to rebuild "
-                      "what it quarantined or dropped", markup=False, soft_wrap=True)
+    for store, layer, report in results:
+        if layer.source in EXPLICIT_SOURCES:
+            _say_root(console, store, layer.source)
+        else:
+            _say_layers(console, [(store, layer)])
+        for problem in report.problems:
+            console.print(f"PROBLEM: {problem}", markup=False, soft_wrap=True)
+        for orphan in report.orphans:
+            console.print(f"debris (not an entry; `kernelforge cache clean` removes it): {orphan}", markup=False,
+                          soft_wrap=True)
+        if not report.ok:
+            fix = (f"reinstall {layer.label}" if layer.source == "wheel" else
+                   f"`kernelforge cache repair --cache {store.root}`, then `kernelforge build` to rebuild "
+                   "what it quarantined or dropped")
+            console.print(f"FAILED: {len(report.problems)} problem(s) in {report.entries} entries; fix: {fix}",
+                          markup=False, soft_wrap=True)
+        else:
+            console.print(f"OK: {report.entries} entries verified ({report.files} files)", markup=False)
+    if not ok:
         raise typer.Exit(1)
-    console.print(f"OK: {report.entries} entries verified ({report.files} files)", markup=False)
 
 
 @app.command("repair")

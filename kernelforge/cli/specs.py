@@ -46,7 +46,7 @@ def _table(variants: list[Variant]) -> Table:
 def show(
     spec: list[str] | None = typer.Option(
         None, "--spec", help="Spec file or directory of *.toml (repeatable). Default: $KERNELFORGE_SPEC_DIR/*.toml, "
-        "else the checkout's specs/*.toml."),
+        "else the package's kernelforge/data/specs/*.toml."),
     only: list[str] | None = typer.Option(
         None, "--only", help="Glob on variant names (repeatable; any match keeps a variant)."),
     arch: list[str] | None = typer.Option(None, "--arch", help="Keep only this arch (repeatable)."),

@@ -22,7 +22,7 @@ from typing import Optional
 import typer
 
 from ..cache import CacheStore, verify
-from ..config import resolve_cache_root
+from ..config import gpu_test_dir, resolve_cache_root
 from ..runtime.arch import arch_runs_on
 from ._pytest_outcomes import OUTCOMES_ENV
 
@@ -148,9 +148,9 @@ def _validate(root: Path, source: str, tests: bool) -> str:
     entries = _verify(root, source, need_kernels=not tests)
     if not tests:
         return f"{entries} entries verified (GPU tests not run: --no-tests)"
-    test_dir = CHECKOUT / "tests"
-    if not (test_dir / "gpu").is_dir():
-        raise ValidateFailed(f"GPU tests not found at {test_dir / 'gpu'} (validate runs from a checkout)", 2)
+    test_dir = gpu_test_dir()
+    if not test_dir.is_dir():
+        raise ValidateFailed(f"GPU tests not found at {test_dir} (reinstall kernelforge)", 2)
     gpu = probe_gpu()
     kernels, arches = runnable_kernels(CacheStore(root), gpu)
     where = f"arch {', '.join(arches)} ({gpu.name})"

@@ -12,7 +12,7 @@ from typing import Any, Callable, NamedTuple, Optional, Sequence
 
 import torch
 
-from ..config import resolve_cache_root
+from ..cache.layers import resolve_layers
 from ..formats import DTYPE_BYTES, FORMATS, LAYOUTS, SWIZZLE_COLS, SWIZZLE_ROWS, Format
 from ..runtime.dispatch import DispatchTable
 from ..runtime.tuning import m_bucket
@@ -112,12 +112,13 @@ def check_disjoint(written: Named, others: Named, why: str = "") -> None:
 
 
 def set_cache_root(path: Optional[str | os.PathLike]) -> Path:
-    """Use the cache at `path` (None: re-resolve from $KERNELFORGE_CACHE_DIR / defaults)."""
+    """Use the cache at `path` alone (None: re-resolve: $KERNELFORGE_CACHE_DIR alone, else the
+    checkout's or user's cache followed by the installed kernel wheels). Returns the first root."""
     global _table
-    root, _ = resolve_cache_root(path)
-    _table = DispatchTable(root)
+    layers = resolve_layers(path)
+    _table = DispatchTable(layers=layers)
     fast_calls.clear()
-    return root
+    return layers[0].root
 
 
 def dispatch_table() -> DispatchTable:

@@ -1,6 +1,7 @@
 """The dispatch table: (op, coordinates, K-class, device arch) -> loaded TVM-FFI function.
 
-Built lazily per dispatch group from the cache's dispatch views (a few KB per group, written
+It reads one or more cache roots (layers: the user cache, then installed kernel wheels; see
+`kernelforge.cache.layers`), each lazily per dispatch group from its dispatch views (a few KB per group, written
 beside the index), or from the index itself when the views do not match it; never a directory
 scan. Only entries built
 from the kernel sources this package ships are eligible, so an edited kernel is never served
@@ -11,9 +12,9 @@ from __future__ import annotations
 
 import threading
 import warnings
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 from ..cache.index import DispatchViews, coords_id, load_index_for_runtime, with_main_path
 from ..cache.layout import Layout
@@ -25,27 +26,33 @@ from .arch import arch_runs_on
 from .loader import load_function, read_verified_json
 from .tuning import TuningTable, heuristic_rank, m_bucket, table_entries_for, tuning_values
 
+if TYPE_CHECKING:
+    from ..cache.layers import Layer
+
 
 @dataclass(frozen=True)
 class Candidate:
-    """One cached kernel usable for a dispatch key on some arch."""
+    """One cached kernel usable for a dispatch key on some arch, and the layer that holds it."""
 
     entry: dict[str, Any]
     arch: str
     kclass: KClass
+    layer: LayerReader | None = field(default=None, compare=False, repr=False)
 
     def accepts(self, k: int, block: int, ptr_align: int, stride_bytes: int, m: int = 0) -> bool:
         return self.kclass.accepts(k, block, ptr_align, stride_bytes, m)
 
 
-class DispatchTable:
-    """Index-backed lookup of cached kernels for one cache root."""
+class LayerReader:
+    """The runtime's view of one cache root (one layer): its dispatch groups, runtime libraries
+    and tuning tables, read lazily from the dispatch views, or from the index when they do not
+    match it. Every file is opened through the trust policy of this root."""
 
-    def __init__(self, root: Path) -> None:
+    def __init__(self, root: Path, label: str = "") -> None:
         self.root = Path(root)
+        self.label = label or str(self.root)
         self.trusted = TrustedRoot(self.root)
         self._lock = threading.Lock()
-        self._broken: dict[str, CacheError] = {}  # key -> why it failed to load (skipped from then on)
         self._groups: dict[str, list[Candidate]] = {}  # coords id -> candidates, best first
         self._views: DispatchViews | None = None  # read on first use
         self._full = False  # every group built from the index itself
@@ -54,7 +61,8 @@ class DispatchTable:
         self._tuning: list[dict[str, Any]] = []  # tuning-table entries (from the full index)
         self._tables: dict[tuple[str, str, str], list[TuningTable]] = {}
 
-    def _group(self, group: str) -> list[Candidate]:
+    def group(self, group: str) -> list[Candidate]:
+        """The servable candidates of one dispatch group in this layer, best first."""
         cands = self._groups.get(group)
         if cands is not None:
             return cands
@@ -89,6 +97,11 @@ class DispatchTable:
             self._groups[group] = self._candidates_of(group, members, resolved=True)
         self._full = True
 
+    def load_index_once(self) -> None:
+        with self._lock:
+            if not self._full:
+                self._load_index()
+
     def _add_runtimes(self, entries, resolved: bool = False) -> None:
         layout = Layout(self.root)
         for e in entries:
@@ -114,10 +127,120 @@ class DispatchTable:
             entry = entry if resolved else with_main_path(layout, entry)
             if entry is not None:
                 arch = (entry.get("variant") or {}).get("axes", {}).get("arch", entry.get("arch", ""))
-                cands.append(Candidate(entry, arch, kclass))
+                cands.append(Candidate(entry, arch, kclass, self))
         # Most specialized K-class first; newest build first among equals.
         cands.sort(key=lambda c: (c.kclass.specificity, c.entry.get("created", "")), reverse=True)
         return cands
+
+    def stale(self, group: str) -> int:
+        """How many builds of `group` in this layer come from other kernel sources."""
+        return self._stale.get(group, 0)
+
+    def tuning_tables(self, device: str, arch_name: str, op: str) -> list[TuningTable]:
+        """This layer's tables for (device name, arch, op's sources), newest first, verified once."""
+        key = (device, arch_name, op)
+        if key in self._tables:
+            return self._tables[key]
+        if self._views is None or self._views.manifest is None:
+            self.load_index_once()
+            entries = self._tuning
+        else:
+            layout = Layout(self.root)
+            entries = [e for e in (with_main_path(layout, t) for t in self._views.manifest.get("tuning", {}).values())
+                       if e is not None]
+        tables = []
+        for entry in table_entries_for(entries, device, arch_name, op):
+            try:
+                tables.append(TuningTable(read_verified_json(self.trusted, entry)))
+            except UntrustedCache:
+                raise
+            except (CacheError, ValueError, KeyError, TypeError) as exc:
+                warnings.warn(f"kernelforge: ignoring tuning table {entry.get('name')}: {exc}", RuntimeWarning,
+                              stacklevel=2)
+        self._tables[key] = tables
+        return tables
+
+    def load(self, cand: Candidate) -> Callable:
+        """The loaded function of one of this layer's candidates (module and runtime checksums checked)."""
+        return load_function(self.trusted, cand.entry,
+                             self._runtimes.get(cand.entry.get("extra", {}).get("runtime_key", "")))
+
+    def groups(self) -> dict[str, list[Candidate]]:
+        """Every dispatch group of this layer with its servable candidates (reads the whole index)."""
+        self.load_index_once()
+        return dict(self._groups)
+
+
+class DispatchTable:
+    """Lookup of cached kernels over the layers of `kernelforge.cache.layers`, in order.
+
+    Candidates of a dispatch group are merged across layers (a key found in several layers is
+    served by the earliest) and ranked as within one cache; among equally good candidates an
+    earlier layer wins. So a user cache overrides a kernel wheel build for build, yet a wheel
+    still serves what the user cache lacks (e.g. another arch or K-class). A refused layer
+    (version mismatch) contributes nothing, is warned about once and is named in KernelNotBuilt.
+    After the first call of a group its merged candidates are one dict lookup.
+    """
+
+    def __init__(self, root: Path | None = None, *, layers: Sequence[Layer] | None = None) -> None:
+        if layers is None:
+            if root is None:
+                raise TypeError("DispatchTable needs a root or layers")
+            from ..cache.layers import Layer
+
+            layers = [Layer(Path(root), "--cache", str(root), True)]
+        self.layers = list(layers)
+        self.root = self.layers[0].root
+        self.readers = [LayerReader(layer.root, layer.label) for layer in self.layers if not layer.refused]
+        self._refused = [layer for layer in self.layers if layer.refused]
+        self._broken: dict[str, CacheError] = {}  # key -> why it failed to load (skipped from then on)
+        self._merged: dict[str, list[Candidate]] = {}  # coords id -> candidates of every layer
+
+    # Views over the readers (what tests and tools of one cache look at).
+    @property
+    def trusted(self) -> TrustedRoot:
+        return self.readers[0].trusted
+
+    @property
+    def _full(self) -> bool:
+        return all(r._full for r in self.readers)
+
+    @property
+    def _stale(self) -> dict[str, int]:
+        out: dict[str, int] = {}
+        for r in self.readers:
+            for g, n in r._stale.items():
+                out[g] = out.get(g, 0) + n
+        return out
+
+    @property
+    def _runtimes(self) -> dict[str, dict[str, Any]]:
+        out: dict[str, dict[str, Any]] = {}
+        for r in reversed(self.readers):  # earlier layers win
+            out.update(r._runtimes)
+        return out
+
+    def _group(self, group: str) -> list[Candidate]:
+        cands = self._merged.get(group)
+        if cands is not None:
+            return cands
+        if self._refused:
+            from ..cache.layers import warn_refused
+
+            for layer in self._refused:
+                warn_refused(layer)
+        seen: set[str] = set()
+        merged = []
+        for reader in self.readers:
+            for c in reader.group(group):
+                key = c.entry.get("key", "")
+                if key not in seen:
+                    seen.add(key)
+                    merged.append(c)
+        # Stable: each layer keeps its own order, and earlier layers come first among equals.
+        merged.sort(key=lambda c: c.kclass.specificity, reverse=True)
+        self._merged[group] = merged
+        return merged
 
     def candidates(self, op: str, coords: dict[str, Any], capability: tuple[int, int]) -> list[Candidate]:
         """Cached kernels for op/coords (no arch, no kclass) that run on `capability`, best first."""
@@ -159,33 +282,13 @@ class DispatchTable:
         return ranked[0][0]
 
     def tuning_tables(self, device: str, arch_name: str, op: str) -> list[TuningTable]:
-        """Tables for (device name, arch, op's sources), newest first, loaded and checksum-verified once."""
-        key = (device, arch_name, op)
-        if key in self._tables:
-            return self._tables[key]
-        if self._views is None or self._views.manifest is None:
-            self._load_index_once()
-            entries = self._tuning
-        else:
-            layout = Layout(self.root)
-            entries = [e for e in (with_main_path(layout, t) for t in self._views.manifest.get("tuning", {}).values())
-                       if e is not None]
-        tables = []
-        for entry in table_entries_for(entries, device, arch_name, op):
-            try:
-                tables.append(TuningTable(read_verified_json(self.trusted, entry)))
-            except UntrustedCache:
-                raise
-            except (CacheError, ValueError, KeyError, TypeError) as exc:
-                warnings.warn(f"kernelforge: ignoring tuning table {entry.get('name')}: {exc}", RuntimeWarning,
-                              stacklevel=2)
-        self._tables[key] = tables
-        return tables
+        """Tables for (device name, arch, op's sources): each layer's newest first, earlier layers first."""
+        return [t for reader in self.readers for t in reader.tuning_tables(device, arch_name, op)]
 
     def load(self, cand: Candidate) -> Callable:
-        """The loaded function of one candidate (its module's and runtime's checksums checked)."""
-        return load_function(self.trusted, cand.entry,
-                             self._runtimes.get(cand.entry.get("extra", {}).get("runtime_key", "")))
+        """The loaded function of one candidate, through its own layer's trust checks."""
+        reader = cand.layer if cand.layer is not None else self.readers[0]
+        return reader.load(cand)
 
     def _load_first(self, order: list[Candidate]) -> tuple[Callable, Candidate]:
         """The first candidate of `order` that loads; a damaged one is skipped with one warning.
@@ -210,23 +313,24 @@ class DispatchTable:
         raise first_error
 
     def groups(self) -> dict[str, list[Candidate]]:
-        """Every dispatch group of the cache with its servable candidates (reads the whole index)."""
-        self._load_index_once()
-        return dict(self._groups)
-
-    def _load_index_once(self) -> None:
-        with self._lock:
-            if not self._full:
-                self._load_index()
+        """Every dispatch group of every layer with its servable candidates (reads the whole indexes)."""
+        names: set[str] = set()
+        for reader in self.readers:
+            names.update(reader.groups())
+        return {g: self._group(g) for g in sorted(names)}
 
     def not_built(self, op: str, coords: dict[str, Any], capability: tuple[int, int]) -> KernelNotBuilt:
         arch = f"sm_{capability[0]}{capability[1]}a"
         desc = ".".join(str(coords[k]) for k in sorted(coords))
         stale = self._stale.get(coords_id(op, coords), 0)
         why = (f" ({stale} cached build(s) of it come from other kernel sources: rebuild)" if stale else "")
+        where = f"cache {self.root}"
+        if len(self.layers) > 1:
+            where = "layers " + ", ".join(f"{layer.label} ({layer.root})" for layer in self.layers)
+        refused = "".join(f"\n  refused: {layer.label} ({layer.root}): {layer.refused}" for layer in self._refused)
         return KernelNotBuilt(
             f"no cached kernel for {op} [{desc}] on a device of capability {capability[0]}.{capability[1]} "
-            f"(arch {arch}) in cache {self.root}{why}. Build it with:\n"
+            f"(arch {arch}) in {where}{why}.{refused}\nBuild it with:\n"
             f"    kernelforge build --cache {self.root} --arch {arch} --only '{op}.*'"
         )
 

@@ -23,10 +23,10 @@ needs_toolchain = pytest.mark.skipif(toolchain_problem() is not None, reason=str
 needs_binutils = pytest.mark.skipif(not (shutil.which("nm") and shutil.which("readelf")),
                                     reason="nm/readelf (binutils) not installed")
 
-SPEC = REPO / "specs" / "quantize.toml"
+SPEC = REPO / "kernelforge" / "data" / "specs" / "quantize.toml"
 # Tuning tables committed next to the default specs: `kernelforge build` imports each into the
 # cache it builds (one entry of kind "tuning" per table).
-TABLES = sorted((REPO / "tuning").glob("*.json"))
+TABLES = sorted((REPO / "kernelforge" / "data" / "tuning").glob("*.json"))
 SUMMARY = re.compile(r"built (\d+), up to date (\d+), failed (\d+) in [\d.]+s")
 BUILT_LINE = re.compile(r"^built (quantize\.\S+) in [\d.]+s$", re.M)
 

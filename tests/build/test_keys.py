@@ -19,7 +19,7 @@ from _kf_build_helpers import REPO, toolchain_problem  # noqa: E402
 
 pytestmark = pytest.mark.skipif(toolchain_problem() is not None, reason=str(toolchain_problem()))
 
-SPEC = REPO / "specs" / "quantize.toml"
+SPEC = REPO / "kernelforge" / "data" / "specs" / "quantize.toml"
 
 
 @pytest.fixture(scope="module")

@@ -17,6 +17,7 @@ def checkout(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
         (root / "specs" / name).write_text("")
     (root / "specs" / "notes.md").write_text("")
     monkeypatch.setattr(config, "checkout_root", lambda: root)
+    monkeypatch.setattr(config, "default_spec_dir", lambda: root / "specs")
     monkeypatch.delenv(config.CACHE_ENV, raising=False)
     monkeypatch.delenv(config.SPEC_ENV, raising=False)
     return root
@@ -52,6 +53,13 @@ def test_real_checkout_detected() -> None:
     assert root is not None and (root / "kernelforge" / "config.py").is_file()
 
 
+def test_default_specs_and_tuning_ship_in_the_package() -> None:
+    # Package data, not checkout files: an installed wheel finds them the same way.
+    specs = sorted(config.default_spec_dir().glob("*.toml"))
+    assert specs and all(config.data_dir() in p.parents for p in specs)
+    assert sorted(config.tuning_dir_for(specs[0]).glob("*.json"))
+
+
 def test_spec_paths_precedence(checkout: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     assert config.resolve_spec_paths(None) == [checkout / "specs" / "a.toml", checkout / "specs" / "b.toml"]
     env_dir = tmp_path / "envspecs"
@@ -74,6 +82,6 @@ def test_spec_paths_errors(checkout: Path, tmp_path: Path, monkeypatch: pytest.M
     with pytest.raises(ValueError, match="KERNELFORGE_SPEC_DIR"):
         config.resolve_spec_paths(None)
     monkeypatch.delenv(config.SPEC_ENV)
-    monkeypatch.setattr(config, "checkout_root", lambda: None)
+    monkeypatch.setattr(config, "default_spec_dir", lambda: tmp_path / "nowhere")
     with pytest.raises(ValueError, match="no spec files found"):
         config.resolve_spec_paths(None)

@@ -206,7 +206,7 @@ def test_fake_rht_and_compile_traces_without_graph_break():
 # ---- specs and K-classes ----
 
 def test_default_specs_declare_the_columnwise_variants():
-    spec = Path(__file__).resolve().parents[2] / "specs" / "quantize_columnwise.toml"
+    spec = Path(__file__).resolve().parents[2] / "kernelforge" / "data" / "specs" / "quantize_columnwise.toml"
     variants = list(load_specs([spec]))
     rht = [v for v in variants if v.transform == "rht"]
     assert len(variants) == 256 and len(rht) == 16

@@ -139,14 +139,12 @@ def test_table_schema_is_checked():
 
 
 def test_committed_tables_are_valid_and_name_built_candidates():
-    from pathlib import Path
-
+    from kernelforge.config import data_dir
     from kernelforge.spec import load_specs
 
-    repo = Path(__file__).resolve().parents[2]
-    tables = sorted((repo / "tuning").glob("*.json"))
-    assert tables, "no committed tuning table under tuning/"
-    variants = load_specs(sorted((repo / "specs").glob("*.toml")))
+    tables = sorted((data_dir() / "tuning").glob("*.json"))
+    assert tables, "no committed tuning table under kernelforge/data/tuning/"
+    variants = load_specs(sorted((data_dir() / "specs").glob("*.toml")))
     built = {(v.op, frozenset((k, str(x)) for k, x in v.coords)) for v in variants}
     for path in tables:
         t = TuningTable(json.loads(path.read_text()))

@@ -4,7 +4,7 @@ from pathlib import Path
 
 import pytest
 
-DEFAULT_SPEC = Path(__file__).resolve().parents[2] / "specs" / "quantize.toml"
+DEFAULT_SPEC = Path(__file__).resolve().parents[2] / "kernelforge" / "data" / "specs" / "quantize.toml"
 
 
 @pytest.fixture(scope="session")

@@ -13,7 +13,7 @@ from kernelforge.sources import source_files
 from kernelforge.spec import OP_SCHEMAS, load_specs
 from kernelforge.spec.loader import load_spec
 
-SPEC = Path(__file__).resolve().parents[2] / "specs" / "quantize_grouped.toml"
+SPEC = Path(__file__).resolve().parents[2] / "kernelforge" / "data" / "specs" / "quantize_grouped.toml"
 
 
 def test_default_grouped_spec():

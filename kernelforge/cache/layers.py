@@ -1,0 +1,133 @@
+"""Stores as layers: which cache roots the runtime and the CLI read, in which order.
+
+An explicit root (`set_cache_root(DIR)`, `--cache DIR`, `$KERNELFORGE_CACHE_DIR`) is the only
+layer. Otherwise the layers are the checkout's or user's cache (the one writable layer), then
+every installed kernel wheel (`kernelforge package`), found through the entry-point group
+`kernelforge.kernels`, read-only. Every layer is a cache root of the same layout and keys.
+
+A kernel wheel records the kernelforge version and the TVM-FFI ABI it was built for. A wheel
+that does not match the running ones is *refused*: it stays listed (with the reason) so that
+`cache ls`/`stats` and a KernelNotBuilt error can say why its kernels are not served, the
+runtime warns once, and no file of it is ever loaded.
+
+Imports neither torch nor tvm_ffi (the CLI uses this on runtime-only nodes).
+"""
+from __future__ import annotations
+
+import importlib.metadata as md
+import importlib.util
+import json
+import os
+import warnings
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from kernelforge.config import CACHE_ENV, resolve_cache_root
+
+ENTRY_POINT_GROUP = "kernelforge.kernels"
+WHEEL_MANIFEST = "kernelforge_kernels.json"  # inside the wheel's package: versions and toolchain
+WHEEL_SUMS = "SHA256SUMS"  # inside the wheel's package: sha256 of every other file (sha256sum format)
+WHEEL_CACHE_DIR = "cache"  # inside the wheel's package: the cache root
+EXPLICIT_SOURCES = ("--cache", f"${CACHE_ENV}")  # a root named by the caller: the only layer
+
+
+@dataclass(frozen=True)
+class Layer:
+    """One cache root the runtime reads.
+
+    `source` is where it came from ("--cache", "$KERNELFORGE_CACHE_DIR", "checkout", "user" or
+    "wheel"); `refused` says why the runtime will not serve it (None: it is used)."""
+
+    root: Path
+    source: str
+    label: str
+    writable: bool
+    refused: str | None = None
+    manifest: dict[str, Any] | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"root": str(self.root), "source": self.source, "label": self.label,
+                "writable": self.writable, "refused": self.refused}
+
+
+def running_versions() -> dict[str, str]:
+    """The kernelforge version and TVM-FFI ABI (major.minor of apache-tvm-ffi) of this process."""
+    from kernelforge import __version__
+
+    try:
+        tvm = md.version("apache-tvm-ffi")
+        abi = ".".join(tvm.split(".")[:2])
+    except md.PackageNotFoundError:
+        abi = ""
+    return {"kernelforge": __version__, "tvm_ffi_abi": abi}
+
+
+def compatibility_problem(manifest: dict[str, Any]) -> str | None:
+    """Why a kernel wheel's manifest does not match this process (one line), or None if it does."""
+    running = running_versions()
+    problems = []
+    if manifest.get("kernelforge") != running["kernelforge"]:
+        problems.append(f"built for kernelforge {manifest.get('kernelforge')!s}, running {running['kernelforge']}")
+    if running["tvm_ffi_abi"] and manifest.get("tvm_ffi_abi") != running["tvm_ffi_abi"]:
+        problems.append(f"built for TVM-FFI ABI {manifest.get('tvm_ffi_abi')!s}, running {running['tvm_ffi_abi']}")
+    return "; ".join(problems) or None
+
+
+def _wheel_layer(ep: md.EntryPoint) -> Layer | None:
+    dist = getattr(ep, "dist", None)
+    dist_label = f"{dist.metadata['Name']} {dist.version}" if dist is not None else ep.value
+    label = f"wheel {dist_label}"
+    try:
+        # find_spec locates the package without running its code.
+        spec = importlib.util.find_spec(ep.value)
+    except (ImportError, ValueError):
+        spec = None
+    locations = list(spec.submodule_search_locations or ()) if spec is not None else []
+    if not locations:
+        return Layer(Path(ep.value), "wheel", label, False, f"its package {ep.value!r} is not importable")
+    package = Path(locations[0])
+    root = package / WHEEL_CACHE_DIR
+    try:
+        manifest = json.loads((package / WHEEL_MANIFEST).read_text(encoding="utf-8"))
+        if not isinstance(manifest, dict):
+            raise ValueError("not a JSON object")
+    except (OSError, ValueError) as exc:
+        return Layer(root, "wheel", label, False, f"its {WHEEL_MANIFEST} is unusable ({exc})")
+    problem = compatibility_problem(manifest)
+    if problem:
+        problem += f"; install the kernel wheel built with this kernelforge (`kernelforge package`)"
+    return Layer(root, "wheel", label, False, problem, manifest)
+
+
+def wheel_layers() -> list[Layer]:
+    """Installed kernel wheels, in a stable order (distribution name, then entry-point name)."""
+    eps = md.entry_points(group=ENTRY_POINT_GROUP)
+    layers = [_wheel_layer(ep) for ep in sorted(eps, key=lambda e: (e.value, e.name))]
+    seen: set[Path] = set()
+    out = []
+    for layer in layers:
+        if layer is not None and layer.root not in seen:  # one dist may name its package twice
+            seen.add(layer.root)
+            out.append(layer)
+    return out
+
+
+def resolve_layers(cli_value: str | os.PathLike[str] | None = None) -> list[Layer]:
+    """The layers in lookup order: an explicit root alone, else the user/checkout cache and the wheels."""
+    root, source = resolve_cache_root(cli_value)
+    first = Layer(root, source, source, True)
+    if source in EXPLICIT_SOURCES:
+        return [first]
+    return [first, *wheel_layers()]
+
+
+_warned: set[Path] = set()
+
+
+def warn_refused(layer: Layer) -> None:
+    """One RuntimeWarning per process for a refused layer."""
+    if layer.refused and layer.root not in _warned:
+        _warned.add(layer.root)
+        warnings.warn(f"kernelforge: not using kernel {layer.label} ({layer.root}): {layer.refused}",
+                      RuntimeWarning, stacklevel=3)

@@ -1,0 +1,1 @@
+"""Release artifacts: per-arch kernel wheels (`kernelforge package`) written deterministically."""
