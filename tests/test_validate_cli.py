@@ -141,7 +141,7 @@ def test_all_passed_validates(tmp_path, fake_gpu):
     _cache_with_kernel(tmp_path)
     runs = fake_gpu({"passed": 264})
     assert _invoke(tmp_path) == (0, "validate: OK: 1 entries verified, arch sm_90a (Fake H100), 264 GPU tests passed")
-    assert runs == [(tmp_path, kv.CHECKOUT / "tests")]
+    assert runs == [(tmp_path, kv.gpu_test_dir())]
 
 
 def test_a_skip_fails_validation(tmp_path, fake_gpu):
