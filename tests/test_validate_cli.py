@@ -77,7 +77,7 @@ def test_no_gpu_fails_on_an_empty_cache(tmp_path):
 
 def test_no_tests_needs_a_kernel(tmp_path):
     proc = _cli("--cache", str(tmp_path), "--no-tests")
-    assert proc.returncode == 2 and _last_line(proc.stdout) == f"validate: FAILED: cache {tmp_path} (--cache) holds no kernel artifact"
+    assert proc.returncode == 2 and _last_line(proc.stdout) == f"validate: FAILED: cache {tmp_path} holds no kernel artifact"
     _cache_with_kernel(tmp_path)
     proc = _cli("--cache", str(tmp_path), "--no-tests")
     assert proc.returncode == 0, proc.stdout + proc.stderr

@@ -131,3 +131,26 @@ def warn_refused(layer: Layer) -> None:
         _warned.add(layer.root)
         warnings.warn(f"kernelforge: not using kernel {layer.label} ({layer.root}): {layer.refused}",
                       RuntimeWarning, stacklevel=3)
+
+
+def verify_layer(layer: Layer) -> Any:
+    """verify() of one layer's cache root; a kernel wheel is also checked against its SHA256SUMS."""
+    from kernelforge.cache.store import CacheStore
+    from kernelforge.cache.verify import Problem, verify
+
+    report = verify(CacheStore(layer.root))
+    if layer.source == "wheel":
+        from kernelforge.release.kernels import sums_problems
+
+        report.problems.extend(Problem("", "", "SHA256SUMS", detail=p) for p in sums_problems(layer.root.parent))
+    return report
+
+
+def present_layers(cli_value: str | os.PathLike[str] | None = None) -> list[Layer]:
+    """The layers that exist: an explicit root alone (even if missing: the caller reports it), else
+    the user/checkout cache if it is a directory and every installed kernel wheel."""
+    layers = resolve_layers(cli_value)
+    if layers[0].source in EXPLICIT_SOURCES:
+        return layers[:1]
+    return [layer for layer in layers if layer.root.is_dir() or layer.source == "wheel"]
+

@@ -15,7 +15,7 @@ from rich.table import Table
 
 from kernelforge.cache import CacheStore, clean, stats, verify
 from kernelforge.cache.entry import Entry
-from kernelforge.cache.layers import EXPLICIT_SOURCES, Layer, resolve_layers
+from kernelforge.cache.layers import EXPLICIT_SOURCES, Layer, resolve_layers, verify_layer
 from kernelforge.config import resolve_cache_root
 from kernelforge.errors import CacheError
 
@@ -178,13 +178,7 @@ def verify_cmd(cache: Optional[Path] = CacheOpt, fmt: Fmt = FormatOpt) -> None:
     layers = _open_layers(cache)
     results = []
     for store, layer in layers:
-        report = verify(store)
-        if layer.source == "wheel":
-            from kernelforge.cache.verify import Problem
-            from kernelforge.release.kernels import sums_problems
-
-            report.problems.extend(Problem("", "", "SHA256SUMS", detail=p) for p in sums_problems(store.root.parent))
-        results.append((store, layer, report))
+        results.append((store, layer, verify_layer(layer)))
     ok = all(report.ok for _, _, report in results)
     if fmt is Fmt.json:
         store, layer, report = results[0]

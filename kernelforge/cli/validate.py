@@ -22,7 +22,8 @@ from typing import Optional
 import typer
 
 from ..cache import CacheStore, verify
-from ..config import gpu_test_dir, resolve_cache_root
+from ..cache.layers import EXPLICIT_SOURCES, Layer, present_layers, verify_layer
+from ..config import gpu_test_dir
 from ..runtime.arch import arch_runs_on
 from ._pytest_outcomes import OUTCOMES_ENV
 
@@ -98,27 +99,30 @@ def probe_gpu() -> Gpu:
     return gpu
 
 
-def runnable_kernels(store: CacheStore, gpu: Gpu) -> tuple[int, list[str]]:
-    """(number of kernel artifacts that run on `gpu`, the arches of those kernels)."""
-    kernels = [e for e in store.iter_entries() if e.kind == "kernel"]
+def runnable_kernels(stores: list[CacheStore], gpu: Gpu) -> tuple[int, list[str]]:
+    """(number of kernel artifacts in `stores` that run on `gpu`, the arches of those kernels)."""
+    kernels = [e for store in stores for e in store.iter_entries() if e.kind == "kernel"]
     usable = sorted({e.arch for e in kernels if arch_runs_on(e.arch, gpu.capability)})
     count = sum(arch_runs_on(e.arch, gpu.capability) > 0 for e in kernels)
     if not count:
         present = sorted({e.arch for e in kernels})
         held = f"kernels for {', '.join(present)} only" if present else "no kernel artifact"
+        where = ", ".join(str(s.root) for s in stores)
         raise ValidateFailed(
-            f"cache {store.root} holds {held}, none for {gpu.name} (capability "
+            f"cache {where} holds {held}, none for {gpu.name} (capability "
             f"{gpu.capability[0]}.{gpu.capability[1]}): run `kernelforge build --arch {gpu.arch}`", 2)
     return count, usable
 
 
-def run_gpu_tests(root: Path, test_dir: Path) -> PytestOutcome:
-    """Run the `gpu`-marked tests under `test_dir` against the cache at `root`; count their outcomes."""
+def run_gpu_tests(root: Path | None, test_dir: Path) -> PytestOutcome:
+    """Run the `gpu`-marked tests under `test_dir` against the cache at `root` (None: the layers
+    the runtime resolves by itself); count their outcomes."""
     with tempfile.TemporaryDirectory(prefix="kf-validate-") as tmp:
         outcomes = Path(tmp) / "outcomes.json"
-        env = {**os.environ, "KERNELFORGE_CACHE_DIR": str(root), "KERNELFORGE_REQUIRE_GPU": "1",
-               OUTCOMES_ENV: str(outcomes),
-               "PYTHONPATH": os.pathsep.join(filter(None, [str(CHECKOUT), os.environ.get("PYTHONPATH")]))}
+        env = {k: v for k, v in os.environ.items() if root is not None or k != "KERNELFORGE_CACHE_DIR"}
+        env.update({**({"KERNELFORGE_CACHE_DIR": str(root)} if root is not None else {}),
+                    "KERNELFORGE_REQUIRE_GPU": "1", OUTCOMES_ENV: str(outcomes),
+                    "PYTHONPATH": os.pathsep.join(filter(None, [str(CHECKOUT), os.environ.get("PYTHONPATH")]))})
         cmd = [sys.executable, "-m", "pytest", "-m", "gpu", "-q", "-rfEsxX", "-p", "no:cacheprovider",
                "-p", "kernelforge.cli._pytest_outcomes", str(test_dir)]
         rc = subprocess.call(cmd, env=env)
@@ -129,33 +133,46 @@ def run_gpu_tests(root: Path, test_dir: Path) -> PytestOutcome:
     return PytestOutcome({str(k): int(v) for k, v in data["counts"].items()}, int(data["exitstatus"]), rc)
 
 
-def _verify(root: Path, source: str, *, need_kernels: bool) -> int:
-    if not root.is_dir():
-        raise ValidateFailed(f"cache root {root} ({source}) does not exist", 2)
-    report = verify(CacheStore(root))
-    for p in report.problems:
-        typer.echo(f"PROBLEM {p}")
-    typer.echo(f"verify: {root} ({source}): {report.entries} entries checked, {len(report.problems)} problem(s)")
-    if not report.ok:
-        raise ValidateFailed(f"{len(report.problems)} problem(s) in {report.entries} entries of {root}", 1)
-    if need_kernels and not any(e.kind == "kernel" for e in CacheStore(root).iter_entries()):
-        raise ValidateFailed(f"cache {root} ({source}) holds no kernel artifact", 2)
-    return report.entries
+def _verify(layers: list[Layer], *, need_kernels: bool) -> tuple[int, list[CacheStore]]:
+    """Verify every layer the runtime would serve; (entries verified, their stores)."""
+    if not layers:
+        raise ValidateFailed("no cache: the user cache does not exist and no kernel wheel is installed", 2)
+    if layers[0].source in EXPLICIT_SOURCES and not layers[0].root.is_dir():
+        raise ValidateFailed(f"cache root {layers[0].root} ({layers[0].source}) does not exist", 2)
+    stores, entries = [], 0
+    for layer in layers:
+        if layer.refused:
+            typer.echo(f"skipped: {layer.label} ({layer.root}): refused by the runtime: {layer.refused}")
+            continue
+        report = verify_layer(layer)
+        for p in report.problems:
+            typer.echo(f"PROBLEM {p}")
+        typer.echo(f"verify: {layer.root} ({layer.label}): {report.entries} entries checked, "
+                   f"{len(report.problems)} problem(s)")
+        if not report.ok:
+            raise ValidateFailed(f"{len(report.problems)} problem(s) in {report.entries} entries of {layer.root}", 1)
+        entries += report.entries
+        stores.append(CacheStore(layer.root))
+    if need_kernels and not any(e.kind == "kernel" for s in stores for e in s.iter_entries()):
+        raise ValidateFailed(f"cache {', '.join(str(s.root) for s in stores)} holds no kernel artifact", 2)
+    return entries, stores
 
 
-def _validate(root: Path, source: str, tests: bool) -> str:
+def _validate(cache: Optional[str], tests: bool) -> str:
     """Run every check; the summary of what passed, else ValidateFailed."""
-    entries = _verify(root, source, need_kernels=not tests)
+    layers = present_layers(cache)
+    entries, stores = _verify(layers, need_kernels=not tests)
     if not tests:
         return f"{entries} entries verified (GPU tests not run: --no-tests)"
     test_dir = gpu_test_dir()
     if not test_dir.is_dir():
         raise ValidateFailed(f"GPU tests not found at {test_dir} (reinstall kernelforge)", 2)
     gpu = probe_gpu()
-    kernels, arches = runnable_kernels(CacheStore(root), gpu)
+    kernels, arches = runnable_kernels(stores, gpu)
     where = f"arch {', '.join(arches)} ({gpu.name})"
     typer.echo(f"GPU: {gpu.name}, capability {gpu.capability[0]}.{gpu.capability[1]}; {kernels} kernel(s) for it")
-    outcome = run_gpu_tests(root, test_dir)
+    explicit = layers[0].root if layers[0].source in EXPLICIT_SOURCES else None
+    outcome = run_gpu_tests(explicit, test_dir)
     problem = outcome.problem()
     if problem:
         raise ValidateFailed(f"{problem}, {where}", 1)
@@ -163,7 +180,8 @@ def _validate(root: Path, source: str, tests: bool) -> str:
 
 
 def validate(
-    cache: Optional[str] = typer.Option(None, "--cache", help="Cache root (else $KERNELFORGE_CACHE_DIR, else cache/)."),
+    cache: Optional[str] = typer.Option(None, "--cache", help="Cache root (else $KERNELFORGE_CACHE_DIR, else the "
+                                        "checkout/user cache and every installed kernel wheel)."),
     tests: bool = typer.Option(True, "--tests/--no-tests", help="Run the GPU test suite after verifying."),
 ) -> None:
     """Re-hash every artifact, then run every GPU test on this cache; non-zero exit unless all passed.
@@ -171,9 +189,8 @@ def validate(
     Exit codes: 0 validated, 1 an artifact problem or a GPU test not passed (a skip or xfail
     included), 2 no cache, no usable CUDA device or no kernel for its arch.
     """
-    root, source = resolve_cache_root(cache)
     try:
-        summary = _validate(root, source, tests)
+        summary = _validate(cache, tests)
     except ValidateFailed as exc:
         typer.echo(f"validate: FAILED: {exc}")
         raise typer.Exit(exc.code)
