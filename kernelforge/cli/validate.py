@@ -167,6 +167,10 @@ def _validate(cache: Optional[str], tests: bool) -> str:
     test_dir = gpu_test_dir()
     if not test_dir.is_dir():
         raise ValidateFailed(f"GPU tests not found at {test_dir} (reinstall kernelforge)", 2)
+    import importlib.util
+
+    if importlib.util.find_spec("pytest") is None:
+        raise ValidateFailed("the GPU tests need pytest: pip install 'kernelforge[validate]'", 2)
     gpu = probe_gpu()
     kernels, arches = runnable_kernels(stores, gpu)
     where = f"arch {', '.join(arches)} ({gpu.name})"
