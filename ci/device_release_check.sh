@@ -17,6 +17,10 @@ export PYTHONPATH="$SITE"
 unset KERNELFORGE_CACHE_DIR
 python3 -c 'import kernelforge, sys; print("kernelforge from", kernelforge.__file__)'
 python3 -m kernelforge cache stats 2>&1 | tee "$OUT/stats.log" | head -30
+if [ "${KF_TUNE:-0}" = 1 ]; then  # re-measure the tuning table on a writable copy of the wheel's cache
+  rm -rf /tmp/kf-tune && cp -r "$SITE"/kernelforge_kernels_*/cache /tmp/kf-tune && chmod -R u+w /tmp/kf-tune
+  python3 -m kernelforge tune --cache /tmp/kf-tune --export "$OUT/tuning.json" 2>&1 | tail -5
+fi
 python3 -m kernelforge validate 2>&1 | tee "$OUT/validate.log" | tail -40
 rc=${PIPESTATUS[0]}
 if [ "${KF_BENCH_LOAD:-1}" = 1 ]; then

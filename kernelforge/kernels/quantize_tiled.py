@@ -267,7 +267,8 @@ class TiledQuantizeKernel:
                     _, cols_r = scale_grid(m_rows, k_cols // B, self.swizzled)
                     if k0 // B < cols_r:  # tiles of the columnwise padding have no rowwise scales
                         store_pieces(sS[0], mS, m0, k0 // B, cols_r, TILE_M, self.row_blocks, tidx, THREADS)
-                store_pieces(sS[1], mSt, k0, m0 // B, cols_c, self.tile_k, TILE_M // B, tidx, THREADS)
+                if m0 // B < cols_c:  # tiles of the rowwise padding (NVFP4, M <= 64) have no columnwise scales
+                    store_pieces(sS[1], mSt, k0, m0 // B, cols_c, self.tile_k, TILE_M // B, tidx, THREADS)
 
     @cute.jit
     def rowwise(self, mQ: cute.Tensor, mS: cute.Tensor, sS, raws, fulls, enc_g: Float32, inv_g: Float32,

@@ -121,6 +121,64 @@ def test_special_values_and_poisoned_outputs(fmt, mode, poison):
                     _check_dual(xd, fmt, mode, layout, g, True, what=f"{dtype} g={gv}")
 
 
+GUARD = 4096  # bytes after each output buffer that no kernel may touch
+
+
+def _guarded(shape: tuple, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
+    """An output buffer of `shape` followed, in the same allocation, by GUARD poisoned bytes."""
+    n = torch.Size(shape).numel() * torch.empty(0, dtype=dtype).element_size()
+    raw = torch.full((n + GUARD,), 0xA5, dtype=torch.uint8, device="cuda")
+    return raw[:n].view(dtype).view(shape), raw[n:]
+
+
+@pytest.mark.parametrize("transform", ["none", "rht"])
+@pytest.mark.parametrize("layout", ["linear", "swizzled"])
+@pytest.mark.parametrize("fmt", list(FORMATS))
+def test_no_write_past_any_output(fmt, layout, transform):
+    """Every byte after every output buffer stays untouched, for shapes whose tiles include
+    swizzle padding tiles (M <= 64: the rowwise padding rows of a dual call); the outputs equal
+    the reference. (The columnwise scales of an NVFP4 dual swizzled call with M <= 64 were once
+    stored past their buffer from uninitialized shared memory.)"""
+    if transform == "rht" and fmt != "nvfp4":
+        pytest.skip("the RHT is NVFP4 only")
+    f = FORMATS[fmt]
+    b, bits = f.block, f.element_bits
+    d_dt, s_dt = getattr(torch, f.data_dtype), getattr(torch, f.scale_dtype)
+    for m, k in ((64, 64), (64, 128), (32, 4 * b), (128, 4 * b)):
+        if m % b or (transform == "rht" and (m % 16 or k % 16)):
+            continue
+        x = random_input(m, k, torch.bfloat16)
+        for rowwise in (False, True):
+            shapes = [((k, m * bits // 8), d_dt), (_t_scale_shape(f, m, k, layout), s_dt)]
+            if rowwise:
+                data_shape, scale_shape = _common.output_shapes(f, (m, k), m, layout)
+                shapes = [(data_shape, d_dt), (scale_shape, s_dt), *shapes]
+            pairs = [_guarded(tuple(s), dt) for s, dt in shapes]
+            out = tuple(p[0] for p in pairs)
+            if transform == "rht":
+                g_row = kernelforge.nvfp4_global_scale(x) if rowwise else None
+                g_col = kernelforge.rht_global_scale(x)
+                for _ in range(3):
+                    kernelforge.quantize_nvfp4_rht(x, global_scale_row=g_row, global_scale_col=g_col,
+                                                   rowwise=rowwise, layout=layout, out=out)
+                torch.cuda.synchronize()
+                assert_matches(out[-2], out[-1], hadamard_columns(x), "nvfp4", "none", layout, g_col,
+                               f"{m}x{k} rht")
+            else:
+                mode = "none" if f.has_global_scale else "floor"
+                for _ in range(3):
+                    _check_dual(x, fmt, mode, layout, _g(fmt), rowwise, out=out, what=f"{m}x{k}")
+            for i, (_, guard) in enumerate(pairs):
+                touched = (guard != 0xA5).nonzero()
+                assert touched.numel() == 0, (f"{m}x{k} rowwise={rowwise}: {touched.numel()} bytes past out[{i}] "
+                                              f"were written, first at +{touched[0].item()}")
+
+
+def _t_scale_shape(f, m: int, k: int, layout: str) -> tuple:
+    """The columnwise scale shape: that of rowwise quantization of x.T ([K, M])."""
+    return tuple(_common.output_shapes(f, (k, m), k, layout)[1])
+
+
 def test_3d_input_empty_and_errors():
     x3 = random_input(96, 256, torch.bfloat16).reshape(3, 32, 256)
     d, s, dt, st = _check_dual(x3, "mxfp8", "floor", "linear", None, True)
