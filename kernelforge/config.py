@@ -67,7 +67,9 @@ def _tomls(directory: Path) -> list[Path]:
 
 def resolve_spec_paths(cli_values: list[str | os.PathLike[str]] | None = None) -> list[Path]:
     """Spec files: the CLI's (files, or directories of *.toml), else $KERNELFORGE_SPEC_DIR/*.toml,
-    else the package's default specs (data_dir()/specs/*.toml); raise ValueError naming what was searched when none is found."""
+    else the package's default specs (data_dir()/specs/*.toml) followed by the spec files of the
+    installed op-family plugins (`OpFamily.spec_files`); raise ValueError naming what was
+    searched when none is found."""
     if cli_values:
         paths: list[Path] = []
         for value in cli_values:
@@ -89,6 +91,9 @@ def resolve_spec_paths(cli_values: list[str | os.PathLike[str]] | None = None) -
             raise ValueError(f"${SPEC_ENV}={env} holds no *.toml spec files")
         return found
     found = _tomls(default_spec_dir()) if default_spec_dir().is_dir() else []
+    from .families import plugin_spec_files
+
+    found += [p for p in plugin_spec_files() if p.is_file()]  # those of installed op-family plugins
     if found:
         return found
     raise ValueError(

@@ -3,34 +3,33 @@
 The runtime only uses artifacts built from the kernel sources it ships with, so an edited
 kernel is never silently served by a stale artifact. Each op hashes only the files its
 kernel is built from, so editing one kernel does not invalidate the others' artifacts.
-Hashing reads a few small files and imports nothing heavy.
+Hashing reads a few small files and imports nothing heavy. Each op's own files are listed by
+its op family (`kernelforge.families`); `OP_SOURCES` is a view over the family registry.
 """
 from __future__ import annotations
 
 import functools
 import hashlib
+from collections.abc import Mapping
 from pathlib import Path
+
+from .families import FamilyView, find_family
 
 PACKAGE_DIR = Path(__file__).resolve().parent
 KERNELS_DIR = PACKAGE_DIR / "kernels"
 
 SHARED_SOURCES: tuple[str, ...] = ("formats.py", "kernels/convert.py", "kernels/blockscale.py",
                                    "kernels/dependent_launch.py")
-OP_SOURCES: dict[str, tuple[str, ...]] = {
-    "quantize": ("kernels/quantize.py",),
-    "rmsnorm_quantize": ("kernels/dsmem.py", "kernels/rmsnorm_quantize.py"),
-    "quantize_grouped": ("kernels/quantize_grouped.py",),
-    "quantize_columnwise": ("kernels/scale_tile.py", "kernels/quantize_tiled.py"),
-}
+# op -> its family's own source files (as the family lists them: relative to its source root).
+OP_SOURCES: Mapping[str, tuple[str | Path, ...]] = FamilyView(lambda f: f.sources)
 
 
 def source_files(op: str) -> list[Path]:
-    """The files `op`'s kernel is built from (shared helpers, the format table, its module)."""
-    try:
-        own = OP_SOURCES[op]
-    except KeyError:
-        raise ValueError(f"op: no kernel sources registered for {op!r}; known: {sorted(OP_SOURCES)}") from None
-    return [PACKAGE_DIR / rel for rel in SHARED_SOURCES + own]
+    """The files `op`'s kernel is built from (shared helpers, the format table, its own files)."""
+    fam = find_family(op)
+    if fam is None:
+        raise ValueError(f"op: no kernel sources registered for {op!r}; known: {sorted(OP_SOURCES)}")
+    return [PACKAGE_DIR / rel for rel in SHARED_SOURCES] + fam.source_paths()
 
 
 def hash_files(files: list[Path]) -> str:
@@ -43,5 +42,10 @@ def hash_files(files: list[Path]) -> str:
 
 @functools.lru_cache(maxsize=None)
 def source_hash(op: str) -> str:
-    """sha256 over the kernel-defining source files of `op`."""
-    return hash_files(source_files(op))
+    """sha256 over the kernel-defining source files of `op`; for an op a plugin defines, also
+    over the plugin's distribution name and version (the built-ins' hash is of the files alone)."""
+    h = hash_files(source_files(op))
+    fam = find_family(op)
+    if fam is not None and fam.distribution:
+        h = hashlib.sha256(f"{h}\0{fam.distribution}\0{fam.version}".encode()).hexdigest()
+    return h

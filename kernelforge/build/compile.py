@@ -1,8 +1,9 @@
 """Compile one variant with CuTe-DSL into a relocatable TVM-FFI object (no GPU, no tensors).
 
-Each op has an argument builder: it turns the variant's coordinates into the kernel object
-and fake tensors (symbolic M and K with the K-class's divisibility and alignment) in the
-exact order of the exported function's signature.
+Each op family names an argument builder (`OpFamily.builder`; the built-ins' are the
+`*_args` functions here): it turns the variant's coordinates into the kernel object and fake
+tensors (symbolic M and K with the K-class's divisibility and alignment) in the exact order
+of the exported function's signature.
 """
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ import cutlass
 import cutlass.cute as cute
 from cutlass.cute.runtime import make_fake_compact_tensor, make_fake_stream, make_fake_tensor
 
+from ..families import get_family
 from ..formats import DTYPE_BYTES, Format, get_format
 from ..kernels.quantize import QuantizeConfig, QuantizeKernel
 from ..kernels.quantize_grouped import QuantizeGroupedConfig, QuantizeGroupedKernel
@@ -67,7 +69,7 @@ def _outputs(v: Any, fmt: Format, m: object) -> list[object]:
     return [q, s, g]
 
 
-def _quantize_args(v: Any) -> tuple[object, list[object]]:
+def quantize_args(v: Any) -> tuple[object, list[object]]:
     fmt = get_format(v.format)
     m = cute.sym_int32(symbol="M")
     x, _ = _row_major(v, fmt, m, contiguous=False)
@@ -77,7 +79,7 @@ def _quantize_args(v: Any) -> tuple[object, list[object]]:
     return kernel, [x, *_outputs(v, fmt, m), make_fake_stream(use_tvm_ffi_env_stream=True)]
 
 
-def _rmsnorm_quantize_args(v: Any) -> tuple[object, list[object]]:
+def rmsnorm_quantize_args(v: Any) -> tuple[object, list[object]]:
     fmt = get_format(v.format)
     kc = v.kclass
     m = cute.sym_int32(symbol="M")
@@ -93,9 +95,7 @@ def _rmsnorm_quantize_args(v: Any) -> tuple[object, list[object]]:
     return kernel, [x, r, w, q, s, g, cutlass.Float32(1e-6), make_fake_stream(use_tvm_ffi_env_stream=True)]
 
 
-
-
-def _quantize_columnwise_args(v: Any) -> tuple[object, list[object]]:
+def quantize_columnwise_args(v: Any) -> tuple[object, list[object]]:
     """x [M, K] (M a multiple of B, or of the K-class's m_multiple; K any for columnwise only),
     rowwise data/scales (dual only), columnwise data [K, M*bits/8] and scales, the two NVFP4
     global scales, the RHT sign mask."""
@@ -127,7 +127,7 @@ def _quantize_columnwise_args(v: Any) -> tuple[object, list[object]]:
     return kernel, [x, q, s, qt, st, *g, cutlass.Int32(0), make_fake_stream(use_tvm_ffi_env_stream=True)]
 
 
-def _quantize_grouped_args(v: Any) -> tuple[object, list[object]]:
+def quantize_grouped_args(v: Any) -> tuple[object, list[object]]:
     """experts: w [E, N, K] contiguous, data [E, N, K*bits/8], scales [E, N, K/B] or [E, SR, SC];
     offsets: x [T, K] (row stride ld), group_offsets [G] int32, data [T, K*bits/8], scales
     [SR, SC], scale_offsets [G] int32. NVFP4: global scales [1] or one per expert / group."""
@@ -158,14 +158,14 @@ def _quantize_grouped_args(v: Any) -> tuple[object, list[object]]:
     return kernel, [x, None, q, s, None, g, stream]
 
 
-OP_BUILDERS = {"quantize": _quantize_args, "rmsnorm_quantize": _rmsnorm_quantize_args,
-               "quantize_grouped": _quantize_grouped_args,
-               "quantize_columnwise": _quantize_columnwise_args}
-
-
 def compile_variant(v: Any, object_path: Path) -> None:
-    """Compile variant `v` for its arch and write a relocatable object exporting `v.symbol`."""
-    kernel, args = OP_BUILDERS[v.op](v)
+    """Compile variant `v` for its arch and write a relocatable object exporting `v.symbol`.
+
+    The argument builder is the one `v`'s op family names (`OpFamily.builder`); its fake
+    arguments must match the family's declared signature (`OpFamily.args`)."""
+    family = get_family(v.op)
+    kernel, args = family.load_builder()(v)
+    family.check_fake_args(args)
     options = f"{COMPILE_OPTIONS} --gpu-arch {v.arch}"
     compiled = cute.compile(kernel, *args, options=options)
     compiled.export_to_c(str(object_path), function_name=v.symbol, export_only_tvm_ffi_symbols=True)

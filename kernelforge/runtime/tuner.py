@@ -5,27 +5,30 @@ differ only in tuning axes) runs on the same inputs: CUDA-graph replays of back-
 over enough inputs to exceed 4x the L2 cache. The fastest build's tuning values go into a table
 keyed by device name and arch, together with each op's kernel source hash; the table is
 published into the cache as a checksummed entry of kind "tuning" (listed by `cache ls`, checked
-by `cache verify`) and read by the runtime (runtime/tuning.py).
+by `cache verify`) and read by the runtime (runtime/tuning.py). The ops tuned are the op
+families with tuning axes and timing calls (`OpFamily.timing_calls`), built-in or plugin.
 """
 from __future__ import annotations
 
 import datetime
 import fnmatch
 import json
-import math
 from pathlib import Path
 from typing import Any, Callable
 
 import torch
 
+from ..families import OpFamily, families, get_family
 from ..formats import FORMATS
-from ..ops import _common as c
 from ..sources import source_hash
 from .arch import arch_runs_on
 from .dispatch import Candidate, DispatchTable
-from .tuning import BUCKET_SAMPLE_M, M_BUCKETS, SCHEMA, TUNING_AXES, tuning_values
+from .tuning import BUCKET_SAMPLE_M, M_BUCKETS, SCHEMA, tuning_values
 
-TORCH_DTYPES = {"bfloat16": torch.bfloat16, "float16": torch.float16, "float32": torch.float32}
+
+def tuned_families() -> dict[str, OpFamily]:
+    """The op families `tune` times: those with tuning axes and timing calls."""
+    return {name: f for name, f in families().items() if f.tuning_axes and f.timing_calls is not None}
 
 
 def gpu_us(calls: list[Callable[[], Any]], replays: int = 10) -> float:
@@ -74,32 +77,12 @@ def problem_ks(op: str, cand: Candidate, block: int) -> list[int]:
 
 
 def make_calls(op: str, coords: dict[str, str], fn: Callable, m: int, k: int, l2_bytes: int) -> list[Callable]:
-    """Calls of `fn` on rotating fresh inputs of shape [m, k] (at least 4x L2 in total)."""
-    fmt = FORMATS[coords["format"]]
-    dtype = TORCH_DTYPES[coords["dtype"]]
-    d_shape, s_shape = c.output_shapes(fmt, (m, k), m, coords["layout"])
-    data = torch.empty(d_shape, dtype=getattr(torch, fmt.data_dtype), device="cuda")
-    scale = torch.empty(s_shape, dtype=getattr(torch, fmt.scale_dtype), device="cuda")
-    g = torch.ones(1, dtype=torch.float32, device="cuda") if fmt.has_global_scale else None
-    per_input = m * k * dtype.itemsize * (2 if coords.get("residual") == "add" else 1)
-    n = max(1, min(32, math.ceil(4 * l2_bytes / per_input)))
-    # quantize_grouped: one expert / one group of m rows (its scale rows are then those of quantize).
-    ends = torch.tensor([m], dtype=torch.int32, device="cuda")
-    starts = torch.empty(1, dtype=torch.int32, device="cuda")
-    calls = []
-    for _ in range(n):
-        x = torch.randn(m, k, device="cuda").to(dtype)
-        if op == "quantize":
-            calls.append(lambda x=x: fn(x, data, scale, g))
-        elif op == "quantize_grouped" and coords["grouping"] == "experts":
-            calls.append(lambda x=x: fn(x.view(1, m, k), None, data.view(1, *d_shape), scale.view(1, *s_shape), None, g))
-        elif op == "quantize_grouped":
-            calls.append(lambda x=x: fn(x, ends, data, scale, starts, g))
-        else:
-            w = torch.randn(k, device="cuda").to(dtype)
-            r = torch.randn(m, k, device="cuda").to(dtype) if coords.get("residual") == "add" else None
-            calls.append(lambda x=x, r=r, w=w: fn(x, r, w, data, scale, g, 1e-6))
-    return calls
+    """Calls of `fn` on rotating fresh inputs of shape [m, k] (at least 4x L2 in total): the op
+    family's timing calls."""
+    timing = get_family(op).timing_calls
+    if timing is None:
+        raise ValueError(f"op {op!r} has no timing calls (its family is not tuned)")
+    return timing(coords, fn, m, k, l2_bytes)
 
 
 def tune(root: Path, device_label: str | None = None, only: str = "*",
@@ -113,9 +96,10 @@ def tune(root: Path, device_label: str | None = None, only: str = "*",
     choices: dict[str, dict[str, list[dict[str, Any] | None]]] = {}
     timings: dict[str, dict[str, list[dict[str, float]]]] = {}
     archs, toolchains = set(), set()
+    tuned = tuned_families()
     for group, cands in sorted(table.groups().items()):
         op = group.split("|", 1)[0]
-        if op not in TUNING_AXES or not fnmatch.fnmatch(group, only):
+        if op not in tuned or not fnmatch.fnmatch(group, only):
             continue
         pools: dict[tuple[str, str], list[Candidate]] = {}
         for cand in cands:
@@ -148,4 +132,4 @@ def tune(root: Path, device_label: str | None = None, only: str = "*",
             "created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
             "toolchain_id": sorted(toolchains)[0] if len(toolchains) == 1 else "",
             "m_buckets": list(M_BUCKETS), "bucket_sample_m": list(BUCKET_SAMPLE_M),
-            "sources": {op: source_hash(op) for op in TUNING_AXES}, "choices": choices, "timings_us": timings}
+            "sources": {op: source_hash(op) for op in tuned}, "choices": choices, "timings_us": timings}

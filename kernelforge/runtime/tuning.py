@@ -5,7 +5,8 @@ CTA, elements per thread, ...); all compute identical bytes, they differ in spee
 tune` times them on a GPU for each bucket of M and stores the winners as a tuning table in the
 cache. The runtime uses the newest table measured on a device of the same name and arch that
 covers the call (older ones where a newer, partial table does not), for the ops whose kernel
-sources match the table's; otherwise `heuristic_rank` decides:
+sources match the table's; otherwise `heuristic_rank` decides, through the op family's
+heuristic (`OpFamily.heuristic`, kernelforge/families/builtin.py):
 
 * quantize: 128 threads per CTA, then fewer units per thread (measured best on an H100 in
   most shapes; see benchmarks/RESULTS.md).
@@ -21,6 +22,7 @@ from bisect import bisect_left
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Mapping
 
+from ..families import builtin_families, find_family
 from ..sources import source_hash
 
 if TYPE_CHECKING:  # the runtime never publishes: keep the cache store out of its imports
@@ -29,8 +31,8 @@ if TYPE_CHECKING:  # the runtime never publishes: keep the cache store out of it
 SCHEMA = 1
 M_BUCKETS = (256, 4096)  # upper bounds of M for the first buckets; the last bucket is open
 BUCKET_SAMPLE_M = (128, 2048, 16384)  # the M that `kernelforge tune` times for each bucket
-TUNING_AXES = {"quantize": ("threads", "units_per_thread"), "rmsnorm_quantize": ("elements",),
-               "quantize_grouped": ("threads",)}
+# The built-in ops that have tuning axes, and those axes (from their op families).
+TUNING_AXES = {name: f.tuning_axes for name, f in builtin_families().items() if f.tuning_axes}
 
 
 def m_bucket(m: int) -> int:
@@ -40,18 +42,15 @@ def m_bucket(m: int) -> int:
 
 def tuning_values(op: str, axes: Mapping[str, Any]) -> dict[str, Any]:
     """The tuning-axis values of a build (its variant axes minus the dispatch axes)."""
-    return {a: axes.get(a) for a in TUNING_AXES.get(op, ())}
+    fam = find_family(op)
+    return {a: axes.get(a) for a in (fam.tuning_axes if fam is not None else ())}
 
 
 def heuristic_rank(op: str, max_k: int, values: Mapping[str, Any]) -> tuple:
-    """Sort key of a candidate when no tuning table applies: the smallest is chosen."""
-    if op == "quantize":
-        return (values.get("threads") != 128, values.get("units_per_thread") or 0)
-    if op == "rmsnorm_quantize":
-        return (values.get("elements") != (64 if max_k > 8192 else 32),)
-    if op == "quantize_grouped":
-        return (values.get("threads") != 128,)
-    return ()
+    """Sort key of a candidate when no tuning table applies: the smallest is chosen (the op
+    family's heuristic; () for an op without one)."""
+    fam = find_family(op)
+    return fam.rank(max_k, values) if fam is not None else ()
 
 
 class TuningTable:

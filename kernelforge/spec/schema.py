@@ -1,11 +1,12 @@
 """Op schemas: which axes each op has, each axis's domain, and cross-axis rules.
 
-Adding an op is adding one `OpSchema` to `OP_SCHEMAS`; the loader, names, keys and the CLI
-read everything else from here. Imports neither torch nor cutlass.
+Each op's `OpSchema` is part of its op family (`kernelforge.families`); `OP_SCHEMAS` is a
+read-only view over the family registry (built-in and plugin families). This module holds the
+schema types and the axes ops share. Imports neither torch nor cutlass.
 """
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 
 from kernelforge.formats import FORMATS, INPUT_DTYPES, LAYOUTS, SCALE_MODES
@@ -103,14 +104,6 @@ class OpSchema:
         return (self.name, *(values[a] for a in self.dispatch_axes))
 
 
-def _scale_mode_fits_format(c: Mapping[str, Value]) -> str | None:
-    allowed = FORMATS[c["format"]].scale_modes
-    if c["scale_mode"] in allowed:
-        return None
-    return (f"scale_mode {c['scale_mode']!r} is not valid for format {c['format']!r} "
-            f"(allowed: {list(allowed)})")
-
-
 # Axes shared by ops; an op picks the ones it has by name.
 AXES: dict[str, Axis] = {
     a.name: a
@@ -141,64 +134,30 @@ AXES: dict[str, Axis] = {
 }
 
 
-def _grouping_fits_layout(c: Mapping[str, Value]) -> str | None:
-    if c["grouping"] == "offsets" and c["layout"] != "swizzled":
-        return f"grouping 'offsets' has swizzled scales only (got layout {c['layout']!r})"
-    return None
+class _Schemas(Mapping[str, OpSchema]):
+    """op name -> OpSchema, read from the op families on each lookup (see kernelforge.families)."""
+
+    def __getitem__(self, op: str) -> OpSchema:
+        from kernelforge.families import get_family
+
+        if not isinstance(op, str):
+            raise KeyError(op)
+        return get_family(op).schema
+
+    def __contains__(self, op: object) -> bool:
+        from kernelforge.families import find_family
+
+        return isinstance(op, str) and find_family(op) is not None
+
+    def __iter__(self) -> Iterator[str]:
+        from kernelforge.families import families
+
+        return iter(families())
+
+    def __len__(self) -> int:
+        from kernelforge.families import families
+
+        return len(families())
 
 
-def _rht_is_nvfp4_bf16(c: Mapping[str, Value]) -> str | None:
-    if c["transform"] == "rht" and (c["format"] != "nvfp4" or c["dtype"] != "bfloat16"):
-        return "transform 'rht' is defined for format 'nvfp4' with dtype 'bfloat16' only (NUMERICS.md)"
-    return None
-
-
-# The fused RMSNorm kernels take 16-bit inputs only (the weight has the input's dtype).
-HALF_DTYPE = Axis("dtype", str, choices=("bfloat16", "float16"))
-
-
-def _schema(name: str, dispatch: tuple[str, ...], tuning: tuple[str, ...],
-            constraints: tuple[Constraint, ...] = (), domains: tuple[Axis, ...] = (),
-            kclass_required: tuple[str, ...] = ()) -> OpSchema:
-    doms = {a: AXES[a] for a in dispatch + tuning} | {d.name: d for d in domains}
-    return OpSchema(name, dispatch, tuning, doms, constraints, kclass_required=kclass_required)
-
-
-OP_SCHEMAS: dict[str, OpSchema] = {
-    s.name: s
-    for s in (
-        _schema(
-            "quantize",
-            ("format", "scale_mode", "layout", "dtype", "kclass", "arch"),
-            ("threads", "units_per_thread"),
-            (Constraint(("format", "scale_mode"), _scale_mode_fits_format),),
-        ),
-        # RMSNorm (optionally after a residual add) fused with rowwise quantization. The K-class
-        # is a hidden-size class: it bounds H and says how rows map onto threads and CTAs.
-        _schema(
-            "rmsnorm_quantize",
-            ("format", "scale_mode", "layout", "dtype", "residual", "kclass", "arch"),
-            ("elements",),
-            (Constraint(("format", "scale_mode"), _scale_mode_fits_format),),
-            domains=(HALF_DTYPE,),
-            kclass_required=("max_k",),
-        ),
-        # Rowwise quantization of every group of a grouped (mixture-of-experts) input in one launch.
-        _schema(
-            "quantize_grouped",
-            ("format", "scale_mode", "layout", "grouping", "dtype", "kclass", "arch"),
-            ("threads",),
-            (Constraint(("format", "scale_mode"), _scale_mode_fits_format),
-             Constraint(("grouping", "layout"), _grouping_fits_layout)),
-        ),
-        # Columnwise (x.T) quantization, alone or with the rowwise output from one read of x
-        # ("dual"); optionally of the Hadamard-transformed columns. K-classes also bound M.
-        _schema(
-            "quantize_columnwise",
-            ("format", "scale_mode", "layout", "dtype", "outputs", "transform", "kclass", "arch"),
-            (),
-            (Constraint(("format", "scale_mode"), _scale_mode_fits_format),
-             Constraint(("transform", "format", "dtype"), _rht_is_nvfp4_bf16)),
-        ),
-    )
-}
+OP_SCHEMAS: Mapping[str, OpSchema] = _Schemas()
