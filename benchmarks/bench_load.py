@@ -7,7 +7,9 @@ meta.json and loads /proc/self/fd/N, runtime library first. The previous loader 
 by path, hashed the bytes and let tvm_ffi dlopen the path (its runtime library found through
 RUNPATH). Each child process: torch imported and a CUDA tensor made, then `import kernelforge`,
 the first call of one variant (mxfp8), the first call of a second variant (mxfp4), then the host
-cost of an out= call. Modes alternate over the runs; medians are printed.
+cost of an out= call, then the load of 16 more modules alone (median: the load path's own
+cost, which the fresh-process figures bury in ~±20 ms of process-to-process noise). Modes
+alternate over the runs; medians are printed.
 
     python benchmarks/bench_load.py [--runs 9] [--json out.json]     # on a GPU, cache as the runtime resolves it
 """
@@ -54,8 +56,20 @@ sys.path.insert(0, bench_dir)
 from _timing import host_us
 kernelforge.quantize(x, "mxfp8", out=out)
 per_call = min(host_us(lambda: kernelforge.quantize(x, "mxfp8", out=out)) for _ in range(3))
+# The load path alone: 16 modules not loaded yet (runtime library already in), each timed.
+from kernelforge.ops import _common
+table = _common.dispatch_table()
+groups = table.groups()
+cands = [c for g in sorted(groups) if g.startswith("rmsnorm_quantize|") for c in groups[g]][:16]
+loads = []
+for c in cands:
+    t = time.perf_counter()
+    table.load(c)
+    loads.append(1e6 * (time.perf_counter() - t))
+loads.sort()
 print(json.dumps({"import_ms": 1e3 * (t1 - t0), "first_ms": 1e3 * (t2 - t1), "second_ms": 1e3 * (t3 - t2),
-                  "out_call_us": per_call, "device": torch.cuda.get_device_name()}))
+                  "out_call_us": per_call, "module_load_us": loads[len(loads) // 2],
+                  "device": torch.cuda.get_device_name()}))
 """
 MODES = ("verified", "previous")
 
@@ -71,9 +85,8 @@ def run(runs: int) -> dict:
                 raise SystemExit(f"child ({mode}) failed:\n{proc.stderr}")
             samples[mode].append(json.loads(proc.stdout.strip().splitlines()[-1]))
     device = samples[MODES[0]][0]["device"]
-    summary = {m: {k: statistics.median(s[k] for s in samples[m]) for k in ("import_ms", "first_ms", "second_ms",
-                                                                            "out_call_us")}
-               for m in MODES}
+    keys = ("import_ms", "first_ms", "second_ms", "out_call_us", "module_load_us")
+    summary = {m: {k: statistics.median(s[k] for s in samples[m]) for k in keys} for m in MODES}
     return {"device": device, "runs": runs, "median": summary, "samples": samples}
 
 
@@ -84,10 +97,12 @@ def main() -> None:
     args = ap.parse_args()
     res = run(args.runs)
     print(f"device: {res['device']}; median of {res['runs']} fresh processes per loader")
-    print("| loader | import kernelforge (ms) | first call (ms) | second variant (ms) | out= call (us) |")
-    print("|---|---|---|---|---|")
+    print("| loader | import kernelforge (ms) | first call (ms) | second variant (ms) | one more module (us) "
+          "| out= call (us) |")
+    print("|---|---|---|---|---|---|")
     for mode, m in res["median"].items():
-        print(f"| {mode} | {m['import_ms']:.1f} | {m['first_ms']:.2f} | {m['second_ms']:.2f} | {m['out_call_us']:.2f} |")
+        print(f"| {mode} | {m['import_ms']:.1f} | {m['first_ms']:.2f} | {m['second_ms']:.2f} | "
+              f"{m['module_load_us']:.0f} | {m['out_call_us']:.2f} |")
     if args.json:
         args.json.parent.mkdir(parents=True, exist_ok=True)
         args.json.write_text(json.dumps(res, indent=1))
