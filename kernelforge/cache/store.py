@@ -47,20 +47,6 @@ class Store(Protocol):
     def entry_dir(self, entry: Entry) -> Path: ...
     def iter_entries(self) -> Iterator[Entry]: ...
     def get_or_build(self, key: str, build: BuildFn) -> tuple[Entry, bool]: ...
-    def _adopt(self, key: str) -> Entry | None:
-        """Index an intact entry of `key` the index lost (its meta.json names it and every file
-        matches), instead of rebuilding it; None if there is none. Call with the key's lock held."""
-        for kind in ("kernel", "runtime"):
-            directory = self.layout.entry_dir(key, kind)
-            entry = self.read_meta(directory) if directory.is_dir() else None
-            if entry is not None and not file_problems(entry, directory):
-                with self._index_lock():
-                    raw = self._read_index_for_write()
-                    raw[key] = entry.to_json()
-                    write_index(self.layout.index, raw)
-                return entry
-        return None
-
     def refresh_views(self) -> bool: ...
     def remove(self, keys: Iterable[str]) -> int: ...
     def orphans(self) -> list[Path]: ...
