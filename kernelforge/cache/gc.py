@@ -178,7 +178,7 @@ def gc(store: CacheStore, *, max_size: int | None = None, older_than_s: int | No
         e = entries[key]
         report.removed.append({"name": e.name, "key": key, "kind": e.kind, "op": e.op, "arch": e.arch,
                                "bytes": dir_bytes[key], "last_use": used[key], "why": why})
-    report.removed.sort(key=lambda r: (r["last_use"], r["key"]))
+    # in eviction order
     report.kept = len(entries) - len(doomed)
     if doomed and not dry_run:
         store.remove(doomed)
