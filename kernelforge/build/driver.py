@@ -43,6 +43,12 @@ class VariantResult:
     key: str = ""
     error: str = ""
     coords: dict[str, Any] = field(default_factory=dict)
+    reason: str = ""  # why it was (or would be) built: the key ingredient that changed, or the damage
+    peak_rss_mb: float = 0.0  # the compile worker's peak resident set so far (0: not compiled here)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"name": self.name, "status": self.status, "key": self.key, "seconds": round(self.seconds, 3),
+                "peak_rss_mb": round(self.peak_rss_mb, 1), "reason": self.reason, "error": self.error}
 
 
 @dataclass
@@ -55,6 +61,13 @@ class BuildReport:
     runtime_built: bool = False
     stale_removed: int = 0  # staging dirs of dead processes removed at the start
     replaced: list[tuple[str, str]] = field(default_factory=list)  # damaged entries quarantined: (name, why)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"cache_root": str(self.cache_root), "seconds": round(self.seconds, 3),
+                "runtime_built": self.runtime_built, "stale_removed": self.stale_removed,
+                "replaced": [{"name": n, "reason": r} for n, r in self.replaced],
+                "counts": {s: self.count(s) for s in ("built", "up to date", "failed", "would build")},
+                "variants": [r.to_dict() for r in self.results]}
 
     def count(self, status: str) -> int:
         return sum(r.status == status for r in self.results)
@@ -110,8 +123,19 @@ def _compile_one(variant: Any, key: str, root: str, runtime_path: str, runtime_k
         _, built = store.get_or_build(key, build)
     except Exception as exc:  # reported per variant; the others still build
         msg = "".join(traceback.format_exception_only(type(exc), exc)).strip()
-        return VariantResult(variant.name, "failed", time.perf_counter() - t0, key, msg[-4000:])
-    return VariantResult(variant.name, "built" if built else "up to date", time.perf_counter() - t0, key)
+        return VariantResult(variant.name, "failed", time.perf_counter() - t0, key, msg[-4000:],
+                             peak_rss_mb=_peak_rss_mb())
+    return VariantResult(variant.name, "built" if built else "up to date", time.perf_counter() - t0, key,
+                         peak_rss_mb=_peak_rss_mb())
+
+
+def _peak_rss_mb() -> float:
+    try:
+        import resource
+
+        return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0  # KiB on Linux
+    except (ImportError, OSError):
+        return 0.0
 
 
 def _worker_init() -> None:
@@ -151,11 +175,28 @@ def _outcome_result(store: CacheStore, variant: Any, key: str, outcome: Any) -> 
 
 
 def _compile_all(store: CacheStore, todo: list[tuple[Any, str]], args: tuple[Any, ...], jobs: int,
-                 report: Callable[[VariantResult], None]) -> None:
+                 report: Callable[[VariantResult], None], on_begin: Callable[[str], None] | None = None) -> None:
     tasks = [(v, key, *args) for v, key in todo]
+    on_send = (lambda i: on_begin(todo[i][0].name)) if on_begin else None
     with WorkerPool(_compile_one, jobs, initializer=_worker_init) as pool:
-        for index, outcome in pool.run(tasks):
+        for index, outcome in pool.run(tasks, on_send=on_send):
             report(_outcome_result(store, *todo[index], outcome))
+
+
+def rebuild_reasons(store: CacheStore, plan: Any, tc: dict[str, Any]) -> dict[str, str]:
+    """key -> why each variant to build is not up to date (damage, or the key ingredient that
+    changed against the nearest cached entry; see cache/keydiff.py)."""
+    from ..cache.keydiff import miss_reason
+
+    damaged = {key: reason for key, _, reason in plan.damaged}
+    entries = list(store.index().values()) if plan.todo else []
+    out = {}
+    for v, key in plan.todo:
+        if key in damaged:
+            out[key] = f"damaged cached entry: {damaged[key]}"
+        else:
+            out[key] = miss_reason(entries, v.name, v.op, str(v.get("arch")), v.canonical(), source_hash(v.op), tc)
+    return out
 
 
 def build_variants(
@@ -167,17 +208,32 @@ def build_variants(
     on_start: Callable[[int], None] | None = None,
     verify: bool = False,
     shard: tuple[int, int] | None = None,
+    on_begin: Callable[[str], None] | None = None,
+    dry_run: bool = False,
+    explain: bool = True,
 ) -> BuildReport:
     """Build every variant not already in `store` (or damaged there: see freshness.py; `verify`
     re-hashes what is cached); report each variant's outcome.
 
     With `shard` (I, N), only the variants of that 1-based key partition (see shard.py), and the
-    runtime library, which every shard builds."""
+    runtime library, which every shard builds.
+
+    `on_begin(name)` is called as a variant is handed to a compile worker. `dry_run` builds and
+    writes nothing: the report lists each variant as "up to date" or "would build", with the
+    reason (`explain`: the key ingredient that changed, see `rebuild_reasons`)."""
     t0 = time.perf_counter()
     tc = toolchain()
     tc_id = current_toolchain_id()
     keyed = shard_of([(v, variant_key(v.canonical(), source_hash(v.op), tc)) for v in variants], shard)
     plan = check_selection(store, keyed, runtime_key(tc), deep=verify)
+    reasons = rebuild_reasons(store, plan, tc) if explain or dry_run else {}
+    if dry_run:
+        results = [VariantResult(v.name, "up to date", 0.0, key) for v, key in plan.fresh]
+        results += [VariantResult(v.name, "would build", 0.0, key, reason=reasons.get(key, "")) for v, key in plan.todo]
+        order = {v.name: i for i, v in enumerate(variants)}
+        results.sort(key=lambda r: order.get(r.name, 0))
+        return BuildReport(results, time.perf_counter() - t0, store.layout.root, False, 0,
+                           [(name, reason) for _, name, reason in plan.damaged])
     writable = store.writable_problem() is None
     if plan.writes and not writable:
         raise CacheNotWritable(f"{store.writable_problem()}: {len(plan.todo)} variant(s) to build, "
@@ -193,6 +249,7 @@ def build_variants(
             on_result(r)
 
     def add(r: VariantResult) -> None:
+        r.reason = r.reason or reasons.get(r.key, "")
         results.append(r)
         if on_result:
             on_result(r)
@@ -205,7 +262,7 @@ def build_variants(
         args = (str(store.layout.root), rt_path, rt_entry.key, tc, tc_id)
         jobs = max(1, min(jobs or os.cpu_count() or 1, len(todo)))
         try:
-            _compile_all(store, todo, args, jobs, add)
+            _compile_all(store, todo, args, jobs, add, on_begin)
         finally:
             with signals_held():  # the staging dirs of workers killed by an interrupt or a crash
                 remove_stale_staging(store)

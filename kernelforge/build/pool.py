@@ -190,8 +190,11 @@ class WorkerPool:
         self._workers.append(worker)
         return worker
 
-    def run(self, tasks: Sequence[tuple[Any, ...]]) -> Iterator[tuple[int, Any]]:
-        """Run every task; yield (index, outcome) as each finishes (see the class docstring)."""
+    def run(self, tasks: Sequence[tuple[Any, ...]],
+            on_send: Callable[[int], None] | None = None) -> Iterator[tuple[int, Any]]:
+        """Run every task; yield (index, outcome) as each finishes (see the class docstring).
+        `on_send(index)` is called as a task is handed to a worker (e.g. to show what compiles)."""
+        self._on_send = on_send
         queue = deque(range(len(tasks)))
         max_started = self.started + self._jobs + len(tasks)
         while queue or any(w.task is not None for w in self._workers):
@@ -222,6 +225,8 @@ class WorkerPool:
             self._reap(w)
             return
         w.task = index
+        if getattr(self, "_on_send", None) is not None:
+            self._on_send(index)  # type: ignore[misc]
 
     def _collect(self, w: _Worker) -> Iterator[tuple[int, Any]]:
         index = w.task

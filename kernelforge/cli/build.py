@@ -3,19 +3,35 @@
 Exit codes: 0 all built, 1 a variant failed, 2 bad arguments, 130 interrupted by Ctrl-C
 (SIGINT), 143 terminated by SIGTERM. An interrupted build stops its workers at once; what was
 published stays, so running the same command again builds only what is missing.
+
+Output: on a terminal a progress bar (ETA, the variant compiling, failures); in a log a plain
+progress line every --progress-interval seconds and every 10% (cli/progress.py); `--format json`
+prints one machine-readable report on stdout (progress lines then go to stderr).
 """
 from __future__ import annotations
 
+import json
+import os
+import sys
 from dataclasses import dataclass
+from enum import Enum
 from typing import List, Optional
 
 import typer
 from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from ..cache import CacheStore
 from ..config import resolve_cache_root, resolve_spec_paths, tuning_dir_for
 from ..errors import KernelforgeError
+from ._common import EXIT_CODES_HELP, fail
+from .progress import DEFAULT_INTERVAL_S, BarReporter, LineReporter, Reporter
+
+PROGRESS_ENV = "KERNELFORGE_PROGRESS_INTERVAL"
+
+
+class BuildFormat(str, Enum):
+    text = "text"
+    json = "json"
 
 
 @dataclass
@@ -36,7 +52,19 @@ def build(
     jobs: Optional[int] = typer.Option(None, "--jobs", "-j", min=1, help="Worker processes (default: CPU count)."),
     cache: Optional[str] = typer.Option(None, "--cache", help="Cache root (else $KERNELFORGE_CACHE_DIR, else cache/)."),
     only: Optional[List[str]] = typer.Option(None, "--only", help="Only variants whose name matches this glob."),
-    verbose: bool = typer.Option(False, "--verbose", "-v", help="Print every variant's outcome."),
+    verbose: bool = typer.Option(False, "--verbose", "-v", help="Print every variant's outcome and why it is "
+                                 "rebuilt (the key ingredient that changed against the nearest cached build)."),
+    quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress; only failures, errors and the summary."),
+    dry_run: bool = typer.Option(False, "--dry-run", "-n", help="Build nothing: list what would be built and why "
+                                 "each is not up to date."),
+    fmt: BuildFormat = typer.Option(BuildFormat.text, "--format", help="text, or json: one report on stdout "
+                                    "(per variant: status, compile time, peak RSS, reason)."),
+    progress_interval: Optional[float] = typer.Option(None, "--progress-interval", min=0.05, help="Seconds between "
+                                                      "progress lines when stdout is not a terminal (default: "
+                                                      f"${PROGRESS_ENV}, else {DEFAULT_INTERVAL_S:g})."),
+    max_size: Optional[str] = typer.Option(None, "--max-size", help="After building, evict least recently used "
+                                           "entries to keep the cache under SIZE (default: $KERNELFORGE_CACHE_MAX_SIZE, "
+                                           "else the cache's `cache limit`)."),
     verify: bool = typer.Option(False, "--verify", help="Re-hash the cached entries of the selection (and the "
                                 "runtime library, tuning tables) and rebuild damaged ones; without it only sizes "
                                 "are checked."),
@@ -51,7 +79,8 @@ def build(
 ) -> None:
     """Compile every enumerated variant ahead of time (no GPU needed) into the versioned cache.
 
-    Exit codes: 0 all built, 1 a variant failed, 2 bad arguments, 130 Ctrl-C, 143 SIGTERM.
+    Exit codes: 0 all built (or up to date), 1 a variant failed, 2 bad arguments or an empty
+    selection, 130 Ctrl-C, 143 SIGTERM.
     """
     from ..build.pool import Terminated, sigterm_raises
 
@@ -59,10 +88,10 @@ def build(
     try:
         with sigterm_raises():
             _build(BuildOptions(spec, arch, jobs, cache, only, verbose, verify, shard, check_reproducible, sample,
-                                remote), tally)
+                                remote, quiet, dry_run, fmt.value, progress_interval, max_size), tally)
     except (KeyboardInterrupt, Terminated) as exc:
         what, code = ("terminated", 143) if isinstance(exc, Terminated) else ("interrupted", 130)
-        Console(stderr=True).print(tally.line(what), highlight=False)
+        Console(stderr=True).print(tally.line(what), highlight=False, markup=False)
         raise typer.Exit(code)
 
 
@@ -81,94 +110,172 @@ class BuildOptions:
     check_reproducible: bool
     sample: int
     remote: Optional[str]
+    quiet: bool = False
+    dry_run: bool = False
+    format: str = "text"
+    progress_interval: Optional[float] = None
+    max_size: Optional[str] = None
+
+
+def _interval(o: BuildOptions) -> float:
+    if o.progress_interval is not None:
+        return o.progress_interval
+    try:
+        return max(0.05, float(os.environ.get(PROGRESS_ENV) or DEFAULT_INTERVAL_S))
+    except ValueError:
+        fail(f"${PROGRESS_ENV}={os.environ.get(PROGRESS_ENV)!r}: expected a number of seconds")
+
+
+def _reporter(o: BuildOptions, out: Console) -> Reporter:
+    if o.quiet:
+        return Reporter()
+    if o.format == "json":
+        return LineReporter(sys.stderr, _interval(o))
+    if out.is_terminal:
+        return BarReporter(out)
+    return LineReporter(sys.stdout, _interval(o))
 
 
 def _build(o: BuildOptions, tally: _Tally) -> None:
     from ..build.driver import build_variants
     from ..build.hermetic import ignored_compile_env
     from ..build.shard import parse_shard
-    from ..spec import load_specs, select
+    from ._common import select_or_exit
 
-    out, err = Console(), Console(stderr=True)
+    as_json = o.format == "json"
+    # soft_wrap: a log keeps whole lines (`tuning table ...: tuning.NVIDIA H100 80GB HBM3.sm_90a`).
+    out = Console(highlight=False, soft_wrap=True, stderr=as_json)  # json: stdout holds the report alone
+    err = Console(stderr=True, highlight=False, soft_wrap=True)
+    say = (lambda line: None) if o.quiet else (lambda line: out.print(line, markup=False))
     jobs, verbose, verify = o.jobs, o.verbose, o.verify
     try:
         shard_spec = parse_shard(o.shard) if o.shard is not None else None
         paths = resolve_spec_paths(o.spec)
-        variants = select(load_specs(paths), only=o.only, archs=o.arch)
         root, source = resolve_cache_root(o.cache)
     except (KernelforgeError, ValueError) as exc:
-        err.print(f"[red]error:[/red] {exc}", markup=True, highlight=False)
-        raise typer.Exit(2)
-    out.print(f"cache: {root} ({source}); {len(variants)} variant(s) from {len(paths)} spec file(s)", highlight=False)
-    if not variants:
-        err.print("error: no variant matches the selection (--only/--arch)")
-        raise typer.Exit(2)
+        fail(str(exc))
+    variants = select_or_exit(paths, o.only, o.arch)
+    say(f"cache: {root} ({source}); {len(variants)} variant(s) from {len(paths)} spec file(s)")
     store = CacheStore(root)
+    try:
+        from ..cache.gc import effective_limit
+
+        limit, limit_source = effective_limit(store, o.max_size)
+    except ValueError as exc:
+        fail(str(exc))
     for name in ignored_compile_env():
-        err.print(f"note: {name} is ignored: the compile workers drop settings outside the cache key", highlight=False)
+        err.print(f"note: {name} is ignored: the compile workers drop settings outside the cache key", markup=False)
     if o.check_reproducible:
         from .release import check_reproducible_cmd
 
         raise typer.Exit(check_reproducible_cmd(variants, store, sample=o.sample, jobs=jobs, shard=shard_spec,
                                                 out=out, err=err))
+    if o.dry_run:
+        _dry_run(variants, store, o, shard_spec, out)
+        return
     if o.remote:
         from .transfer import build_pull
 
         remote_keys = build_pull(store, o.remote, variants, out)
-    with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                  console=out, transient=False) as progress:
-        task = progress.add_task("building", total=None)
+    reporter = _reporter(o, out)
+    started = False
 
-        def on_start(n: int) -> None:
-            tally.total = n
-            progress.update(task, total=n, description=f"compiling {n} variant(s)")
+    def on_start(n: int) -> None:
+        nonlocal started
+        tally.total = n
+        if n:
+            started = True
+            reporter.start(n)
 
-        def on_result(r) -> None:
-            if r.status == "up to date":
-                return
-            progress.advance(task)
-            tally.built += r.status == "built"
-            if r.status == "failed":
-                progress.console.print(f"[red]FAILED[/red] {r.name} ({r.seconds:.2f}s)\n{r.error}", highlight=False)
-            elif verbose:
-                progress.console.print(f"built {r.name} in {r.seconds:.2f}s", highlight=False)
+    def on_result(r) -> None:
+        if r.status == "up to date":
+            return
+        tally.built += r.status == "built"
+        reporter.done(r.name, r.status == "failed")
+        if r.status == "failed":
+            reporter.note(f"FAILED {r.name} ({r.seconds:.2f}s)\n{r.error}")
+        elif verbose and not o.quiet:
+            reporter.note(f"built {r.name} in {r.seconds:.2f}s")
+            if r.reason:
+                reporter.note(f"  why: {r.reason}")
 
-        try:
-            report = build_variants(variants, store, jobs=jobs, on_result=on_result, on_start=on_start,
-                                    verify=verify, shard=shard_spec)
-        except KernelforgeError as exc:
-            err.print(f"error: {exc}", highlight=False, soft_wrap=True)
-            raise typer.Exit(2)
+    try:
+        report = build_variants(variants, store, jobs=jobs, on_result=on_result, on_start=on_start,
+                                on_begin=reporter.begin, verify=verify, shard=shard_spec, explain=verbose or as_json)
+    except KernelforgeError as exc:
+        fail(str(exc))
+    finally:
+        if started:
+            reporter.stop()
     for name, reason in report.replaced:
-        out.print(f"replaced damaged entry {name} ({reason}); the damaged copy is in {store.layout.quarantine}",
-                  highlight=False, soft_wrap=True)
+        say(f"replaced damaged entry {name} ({reason}); the damaged copy is in {store.layout.quarantine}")
     if report.stale_removed:
-        out.print(f"removed {report.stale_removed} staging dir(s) left by dead builds", highlight=False)
+        say(f"removed {report.stale_removed} staging dir(s) left by dead builds")
     built = [r for r in report.results if r.status == "built"]
     if built:
         times = sorted(r.seconds for r in built)
-        out.print(f"compile time per variant: min {times[0]:.2f}s, median {times[len(times) // 2]:.2f}s, "
-                  f"max {times[-1]:.2f}s", highlight=False)
-    out.print(f"built {report.count('built')}, up to date {report.count('up to date')}, "
-              f"failed {report.count('failed')} in {report.seconds:.1f}s", highlight=False)
+        say(f"compile time per variant: min {times[0]:.2f}s, median {times[len(times) // 2]:.2f}s, "
+            f"max {times[-1]:.2f}s")
+    summary = (f"built {report.count('built')}, up to date {report.count('up to date')}, "
+               f"failed {report.count('failed')} in {report.seconds:.1f}s")
+    if o.quiet and not as_json:
+        out.print(summary, markup=False)
+    else:
+        say(summary)
     from .tune import import_table
 
+    tables = []
     for table in sorted({tuning_dir_for(p) for p in paths}):
         for path in sorted(table.glob("*.json")) if table.is_dir() else ():
             try:
-                out.print(f"tuning table {path.name}: {import_table(store, path, verify=verify)}", highlight=False,
-                          soft_wrap=True)
+                outcome = import_table(store, path, verify=verify)
             except KernelforgeError as exc:
-                err.print(f"error: {exc}", highlight=False, soft_wrap=True)
-                raise typer.Exit(2)
+                fail(str(exc))
             except ValueError as exc:
-                err.print(f"error: {exc}", highlight=False, soft_wrap=True)
-                raise typer.Exit(1)
+                fail(str(exc), 1)
+            tables.append({"file": path.name, "outcome": str(outcome)})
+            say(f"tuning table {path.name}: {outcome}")
+    gc_report = None
+    if limit is not None and store.writable_problem() is None:
+        from ..cache.gc import gc
+        from .cache import human_bytes
+
+        protect = {r.key for r in report.results if r.key}
+        gc_report = gc(store, max_size=limit, protect=protect)
+        if gc_report.removed:
+            say(f"size limit {human_bytes(limit)} (from {limit_source}): evicted {len(gc_report.removed)} least "
+                f"recently used entr(ies), {human_bytes(gc_report.bytes_before)} -> {human_bytes(gc_report.bytes_after)}")
+        if gc_report.over_limit:
+            err.print(f"warning: the cache ({human_bytes(gc_report.bytes_after)}) stays over its size limit "
+                      f"{human_bytes(limit)}: this build's selection alone is larger", markup=False)
+    if as_json:
+        print(json.dumps({**report.to_dict(), "tuning_tables": tables,
+                          "gc": gc_report.to_dict() if gc_report is not None else None}, indent=1))
     if o.remote:
         from .transfer import build_push
 
         build_push(store, o.remote, remote_keys, out)
     if report.failed:
         for r in report.failed:
-            err.print(f"failed: {r.name}", highlight=False)
+            err.print(f"failed: {r.name}", markup=False)
         raise typer.Exit(1)
+
+
+def _dry_run(variants, store: CacheStore, o: BuildOptions, shard_spec, out: Console) -> None:
+    """List what a build would compile and why; write nothing."""
+    from ..build.driver import build_variants
+
+    try:
+        report = build_variants(variants, store, verify=o.verify, shard=shard_spec, dry_run=True)
+    except KernelforgeError as exc:
+        fail(str(exc))
+    todo = [r for r in report.results if r.status == "would build"]
+    if o.format == "json":
+        print(json.dumps({**report.to_dict(), "dry_run": True}, indent=1))
+        return
+    for r in report.results:
+        if r.status == "would build":
+            out.print(f"would build {r.name}: {r.reason}", markup=False)
+        elif o.verbose:
+            out.print(f"up to date {r.name}", markup=False)
+    out.print(f"dry run: would build {len(todo)}, up to date {report.count('up to date')}", markup=False)

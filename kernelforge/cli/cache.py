@@ -19,8 +19,8 @@ from kernelforge.cache.layers import EXPLICIT_SOURCES, Layer, resolve_layers, ve
 from kernelforge.config import resolve_cache_root
 from kernelforge.errors import CacheError
 
-app = typer.Typer(help="Inspect and manage the artifact cache (ls, stats, verify, repair, clean, merge, push, "
-                       "pull, export, import).",
+app = typer.Typer(help="Inspect and manage the artifact cache (ls, stats, verify, repair, clean, gc, limit, merge, "
+                       "push, pull, export, import). Every command takes --format json.",
                   no_args_is_help=True)
 
 CacheOpt = typer.Option(None, "--cache", help="Cache root (default: $KERNELFORGE_CACHE_DIR, the checkout's cache/, "
@@ -133,7 +133,8 @@ def ls_cmd(cache: Optional[Path] = CacheOpt, fmt: Fmt = FormatOpt) -> None:
 def stats_cmd(cache: Optional[Path] = CacheOpt, fmt: Fmt = FormatOpt) -> None:
     """Summarise each layer: totals, then entries and bytes per kind/op/arch and per toolchain."""
     layers = _open_layers(cache)
-    reports = [(stats(store), layer) for store, layer in layers]
+    keep_tc, keep_src = _serving_criteria()
+    reports = [(stats(store, keep_toolchain_id=keep_tc, keep_source_hashes=keep_src), layer) for store, layer in layers]
     if fmt is Fmt.json:
         report, layer = reports[0]
         print(json.dumps({**report.to_dict(), "root_source": layer.source,
@@ -153,9 +154,29 @@ def _print_stats(console: Console, report, layer: Layer, layered: bool) -> None:
     summary.add_row("Cache root", f"{report.root} (from {layer.source})")
     summary.add_row("Schema", f"v{report.schema}")
     summary.add_row("Entries", str(report.entries))
-    summary.add_row("Total size", human_bytes(report.bytes))
+    summary.add_row("Entries size", human_bytes(report.bytes) + " (the entries' recorded files)")
+    summary.add_row("Total size", f"{human_bytes(report.tree_bytes)} (every file under the root: index, dispatch "
+                    f"views, usage records, locks too); on disk {human_bytes(report.disk_bytes)} (du)")
+    if layer.writable:
+        from kernelforge.cache.gc import effective_limit
+
+        try:
+            limit, source = effective_limit(CacheStore(report.root))
+        except ValueError as exc:
+            limit, source = None, str(exc)
+        summary.add_row("Size limit", f"{human_bytes(limit)} (from {source})" if limit else f"none ({source})"
+                        if source != "none" else "none (`kernelforge cache limit SIZE` sets one)")
     summary.add_row("Orphans", str(report.orphans))
+    summary.add_row("Stale", "unknown (no build toolchain here)" if report.stale is None else
+                    f"{report.stale} (kernels this kernelforge never serves; `cache clean --stale` removes them)")
     console.print(summary)
+    if report.usage:
+        usage = Table(show_edge=False, title="usage (advisory: recorded by the runtime, per op)", title_justify="left")
+        for col in ("op", "hits", "misses", "loads"):
+            usage.add_column(col, justify="left" if col == "op" else "right")
+        for op, c in sorted(report.usage.items()):
+            usage.add_row(op, str(c.get("hit", 0)), str(c.get("miss", 0)), str(c.get("load", 0)))
+        console.print(usage)
     if report.by_kind_op_arch:
         groups = Table(show_edge=False)
         for col in ("kind", "op", "arch", "entries", "size"):
@@ -250,6 +271,23 @@ def repair_cmd(cache: Optional[Path] = CacheOpt, fmt: Fmt = FormatOpt) -> None:
         raise typer.Exit(1)
 
 
+def _serving_criteria() -> tuple[str | None, set[str] | None]:
+    """(toolchain id, kernel source hashes) this kernelforge serves, for the stale count; the
+    toolchain part is None where the build toolchain is not installed."""
+    try:
+        from kernelforge.sources import OP_SOURCES, source_hash
+
+        sources: set[str] | None = {"", *(source_hash(op) for op in OP_SOURCES)}
+    except Exception:
+        sources = None
+    try:
+        from kernelforge.build.toolchain import current_toolchain_id
+
+        return current_toolchain_id(), sources
+    except Exception:
+        return None, sources
+
+
 def _current_toolchain_id() -> str | None:
     try:
         from kernelforge.build.toolchain import current_toolchain_id
@@ -267,10 +305,11 @@ def clean_cmd(
     all_: bool = typer.Option(False, "--all", help="Remove every entry."),
     stale: bool = typer.Option(False, "--stale", help="Remove entries this kernelforge would never serve: "
                                "built by another toolchain or from other kernel sources."),
+    fmt: Fmt = FormatOpt,
 ) -> None:
     """Remove orphans (always), and every entry (--all) or stale entries (--stale)."""
     store, source = _open(cache)
-    console = _out()
+    console = _out() if fmt is Fmt.table else _err()
     _say_root(console, store, source)
     keep_toolchain_id = keep_sources = None
     if stale and not all_:
@@ -290,8 +329,98 @@ def clean_cmd(
     except CacheError as exc:
         _err().print(f"error: {exc}", markup=False, soft_wrap=True)
         raise typer.Exit(2)
+    if fmt is Fmt.json:
+        print(json.dumps({**report.to_dict(), "root_source": source}, indent=1))
+        return
     console.print(f"removed {len(report.removed)} entries ({human_bytes(report.removed_bytes)}) "
                   f"and {len(report.orphans_removed)} orphan dirs", markup=False)
+
+
+@app.command("gc")
+def gc_cmd(
+    cache: Optional[Path] = CacheOpt,
+    max_size: Optional[str] = typer.Option(None, "--max-size", "-M", help="Evict least recently used kernels until "
+                                           "the cache root holds at most SIZE (500M, 2G, 1.5GiB; default: "
+                                           "$KERNELFORGE_CACHE_MAX_SIZE, else the configured `cache limit`)."),
+    older_than: Optional[str] = typer.Option(None, "--older-than", help="Evict kernels not used for AGE "
+                                             "(30d, 12h, 90m, 2w)."),
+    dry_run: bool = typer.Option(False, "--dry-run", "-n", help="Only list what would be evicted."),
+    fmt: Fmt = FormatOpt,
+) -> None:
+    """Evict entries by size (LRU order from the runtime's recorded last use, else build time) and/or
+    age. A runtime library goes only once no kept kernel links it; tuning tables are kept."""
+    from kernelforge.cache.gc import effective_limit, gc, parse_age
+
+    store, source = _open(cache)
+    try:
+        limit, limit_source = effective_limit(store, max_size)
+        age = parse_age(older_than) if older_than else None
+    except ValueError as exc:
+        _err().print(f"error: {exc}", markup=False, soft_wrap=True)
+        raise typer.Exit(2)
+    if limit is None and age is None:
+        _err().print("error: nothing to do: give --max-size SIZE or --older-than AGE (or configure `cache limit`)",
+                     markup=False)
+        raise typer.Exit(2)
+    problem = store.writable_problem()
+    if problem and not dry_run:
+        _err().print(f"error: {problem}", markup=False, soft_wrap=True)
+        raise typer.Exit(2)
+    try:
+        report = gc(store, max_size=limit, older_than_s=age, dry_run=dry_run)
+    except CacheError as exc:
+        _err().print(f"error: {exc}", markup=False, soft_wrap=True)
+        raise typer.Exit(2)
+    if fmt is Fmt.json:
+        print(json.dumps({**report.to_dict(), "root_source": source, "limit_source": limit_source}, indent=1))
+        return
+    console = _out()
+    _say_root(console, store, source)
+    verb = "would evict" if dry_run else "evicted"
+    for r in report.removed:
+        console.print(f"{verb} {r['name']} [{r['key'][:12]}] ({human_bytes(r['bytes'])}): {r['why']}", markup=False,
+                      soft_wrap=True)
+    limit_text = f"; limit {human_bytes(limit)} (from {limit_source})" if limit else ""
+    console.print(f"{verb} {len(report.removed)} entries, kept {report.kept}; {human_bytes(report.bytes_before)} -> "
+                  f"{human_bytes(report.bytes_after)}{limit_text}", markup=False)
+    if report.over_limit:
+        console.print("still over the limit: what is left are tuning tables and the runtime libraries kept kernels "
+                      "link", markup=False)
+
+
+@app.command("limit")
+def limit_cmd(
+    size: Optional[str] = typer.Argument(None, help="New limit (500M, 2G, 1.5GiB), or 'none' to remove it; "
+                                         "without it: show the limit."),
+    cache: Optional[Path] = CacheOpt,
+    fmt: Fmt = FormatOpt,
+) -> None:
+    """Show or set the cache's size limit (kept in <root>/v1/config.json), which every build applies
+    afterwards with `cache gc --max-size` (like `ccache -M`). $KERNELFORGE_CACHE_MAX_SIZE overrides it."""
+    from kernelforge.cache.gc import effective_limit, parse_size, write_limit
+
+    store, source = _open(cache, must_exist=size is not None and size != "none" and False)
+    if size is not None:
+        try:
+            value = None if size.lower() in ("none", "0", "off") else parse_size(size)
+        except ValueError as exc:
+            _err().print(f"error: {exc}", markup=False)
+            raise typer.Exit(2)
+        problem = store.writable_problem()
+        if problem:
+            _err().print(f"error: {problem}", markup=False, soft_wrap=True)
+            raise typer.Exit(2)
+        write_limit(store, value)
+    try:
+        limit, limit_source = effective_limit(store)
+    except ValueError as exc:
+        _err().print(f"error: {exc}", markup=False)
+        raise typer.Exit(2)
+    if fmt is Fmt.json:
+        print(json.dumps({"root": str(store.root), "max_size": limit, "source": limit_source}))
+        return
+    _out().print(f"size limit of {store.root}: " + (f"{human_bytes(limit)} ({limit} bytes, from {limit_source})"
+                                                    if limit else "none"), markup=False, soft_wrap=True)
 
 
 @app.command("merge")

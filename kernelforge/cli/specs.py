@@ -11,7 +11,7 @@ from rich.console import Console
 from rich.table import Table
 
 from kernelforge.config import resolve_spec_paths
-from kernelforge.spec import Variant, load_specs, select
+from kernelforge.spec import Variant
 
 app = typer.Typer(help="Inspect the kernel variants declared by spec files.", no_args_is_help=True)
 
@@ -42,6 +42,36 @@ def _table(variants: list[Variant]) -> Table:
     return table
 
 
+def _summary(variants: list[Variant]) -> Table:
+    """One row per (spec file, op, arch): variant count, K-classes, and each axis's values (wraps to fit)."""
+    groups: dict[tuple[str, str, str], list[Variant]] = {}
+    for v in variants:
+        groups.setdefault((Path(v.spec_file).name, v.op, str(v.get("arch"))), []).append(v)
+    table = Table(box=None, pad_edge=False)
+    for header, kw in (("op", {"no_wrap": True}), ("arch", {"no_wrap": True}), ("variants", {"justify": "right"}),
+                       ("K-classes", {}), ("axes", {"overflow": "fold"})):
+        table.add_column(header, **kw)
+    for (spec_name, op, arch), members in groups.items():
+        values: dict[str, list[str]] = {}
+        for v in members:
+            for a, val in v.coords:
+                if a in ("arch", "kclass"):
+                    continue
+                if str(val) not in values.setdefault(a, []):
+                    values[a].append(str(val))
+        kclasses = sorted({v.kclass.name for v in members})
+        table.add_row(op, arch, str(len(members)), ",".join(kclasses),
+                      " ".join(f"{a}={','.join(vals)}" for a, vals in values.items()))
+    return table
+
+
+def _nearest_names_hint(pattern: str, names: list[str]) -> str:
+    import difflib
+
+    close = difflib.get_close_matches(pattern, names, n=3, cutoff=0.5)
+    return f"; close names: {', '.join(close)}" if close else ""
+
+
 @app.command()
 def show(
     spec: list[str] | None = typer.Option(
@@ -50,22 +80,32 @@ def show(
     only: list[str] | None = typer.Option(
         None, "--only", help="Glob on variant names (repeatable; any match keeps a variant)."),
     arch: list[str] | None = typer.Option(None, "--arch", help="Keep only this arch (repeatable)."),
+    wide: bool = typer.Option(False, "--wide", help="One row per variant with every axis (wider than a terminal)."),
     format: OutputFormat = typer.Option(OutputFormat.table, "--format", help="Output format."),
 ) -> None:
-    """List the variants the spec files enumerate, one row per variant."""
+    """Summarise the variants the spec files enumerate (per spec file, op and arch); --wide lists
+    every variant with every axis; --format json gives every variant.
+
+    Exit codes: 0 shown, 2 bad spec files or arguments, or a selection matching nothing."""
+    from kernelforge.cli._common import fail, select_or_exit
+
     try:
         paths: list[Path] = resolve_spec_paths(spec)
-        variants = select(load_specs(paths), only=only, archs=arch)
-    except ValueError as e:  # SpecError, or no spec files found
-        typer.echo(f"error: {e}", err=True)
-        raise typer.Exit(2) from None
+    except ValueError as e:  # no spec files found
+        fail(str(e))
+    variants = select_or_exit(paths, only, arch)
     count = f"{len(variants)} variants from {len(paths)} spec file(s)"
     if format is OutputFormat.json:
         typer.echo(json.dumps({"count": len(variants), "spec_files": [str(p) for p in paths],
                                "variants": [_variant_json(v) for v in variants]}, indent=2))
         return
-    table, console = _table(variants), Console()
-    # Never squeeze the columns to the terminal: ellipsized names and values are useless here.
+    console = Console()
+    if not wide:
+        console.print(_summary(variants))
+        console.print(f"{count}; --wide lists every variant, --format json every field", highlight=False)
+        return
+    table = _table(variants)
+    # Never squeeze the columns: ellipsized names and values are useless here (--wide asked for it).
     natural = console.measure(table, options=console.options.update_width(10_000)).maximum
     width = max(console.width, natural)
     Console(width=width).print(table)

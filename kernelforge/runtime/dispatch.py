@@ -10,6 +10,8 @@ variant a lookup is one dict access.
 """
 from __future__ import annotations
 
+import logging
+import os
 import threading
 import warnings
 from dataclasses import dataclass, field
@@ -18,8 +20,10 @@ from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 from ..cache.index import DispatchViews, coords_id, load_index_for_runtime, with_main_path
 from ..cache.layout import Layout
+from ..cache.usage import usage_log
 from ..cache.trust import TrustedRoot
 from ..errors import CacheError, KernelNotBuilt, SpecError, UnsupportedShape, UntrustedCache
+from ..log import configure_from_env
 from ..sources import OP_SOURCES, source_hash
 from ..spec.model import KClass
 from .arch import arch_runs_on
@@ -28,6 +32,9 @@ from .tuning import TuningTable, heuristic_rank, m_bucket, table_entries_for, tu
 
 if TYPE_CHECKING:
     from ..cache.layers import Layer
+
+_log = logging.getLogger("kernelforge.runtime.dispatch")
+configure_from_env()  # KERNELFORGE_LOG=info|debug; nothing at all when unset
 
 
 @dataclass(frozen=True)
@@ -48,9 +55,11 @@ class LayerReader:
     and tuning tables, read lazily from the dispatch views, or from the index when they do not
     match it. Every file is opened through the trust policy of this root."""
 
-    def __init__(self, root: Path, label: str = "") -> None:
+    def __init__(self, root: Path, label: str = "", writable: bool = False) -> None:
         self.root = Path(root)
         self.label = label or str(self.root)
+        # Advisory last-use/hit/miss records (cache/usage.py); never on a read-only layer.
+        self.usage = usage_log(self.root, writable)
         self.trusted = TrustedRoot(self.root)
         self._lock = threading.Lock()
         self._groups: dict[str, list[Candidate]] = {}  # coords id -> candidates, best first
@@ -162,8 +171,10 @@ class LayerReader:
 
     def load(self, cand: Candidate) -> Callable:
         """The loaded function of one of this layer's candidates (module and runtime checksums checked)."""
-        return load_function(self.trusted, cand.entry,
-                             self._runtimes.get(cand.entry.get("extra", {}).get("runtime_key", "")))
+        fn = load_function(self.trusted, cand.entry,
+                           self._runtimes.get(cand.entry.get("extra", {}).get("runtime_key", "")))
+        self.usage.record("load", cand.entry.get("op", ""), cand.entry.get("key", ""))  # once per process per entry
+        return fn
 
     def groups(self) -> dict[str, list[Candidate]]:
         """Every dispatch group of this layer with its servable candidates (reads the whole index)."""
@@ -191,7 +202,8 @@ class DispatchTable:
             layers = [Layer(Path(root), "--cache", str(root), True)]
         self.layers = list(layers)
         self.root = self.layers[0].root
-        self.readers = [LayerReader(layer.root, layer.label) for layer in self.layers if not layer.refused]
+        self.readers = [LayerReader(layer.root, layer.label, layer.writable)
+                        for layer in self.layers if not layer.refused]
         self._refused = [layer for layer in self.layers if layer.refused]
         self._broken: dict[str, CacheError] = {}  # key -> why it failed to load (skipped from then on)
         self._merged: dict[str, list[Candidate]] = {}  # coords id -> candidates of every layer
@@ -260,8 +272,16 @@ class DispatchTable:
         if accepting:
             first = accepting[0]
             pool = [c for c in accepting if c.kclass.name == first.kclass.name and c.arch == first.arch]
-            chosen = self.pick(op, coords, pool, m, device)
-            return self._load_first([chosen, *(c for c in accepting if c is not chosen)])
+            chosen, how = self.pick_explained(op, coords, pool, m, device)
+            fn, served = self._load_first([chosen, *(c for c in accepting if c is not chosen)])
+            if _log.isEnabledFor(logging.INFO):
+                self._log_resolution(op, coords, capability, k, m, ptr_align, stride_bytes, cands, accepting,
+                                     served, how if served is chosen else "the chosen build failed to load")
+            if served.layer is not None:
+                served.layer.usage.record("hit", op, served.entry.get("key", ""))
+            return fn, served
+        if self.readers:
+            self.readers[0].usage.record("miss", op)
         if cands:
             raise UnsupportedShape(
                 f"x: no cached {op} kernel accepts K = {k} (the last dimension) with a {ptr_align}-byte "
@@ -272,14 +292,53 @@ class DispatchTable:
     def pick(self, op: str, coords: dict[str, Any], pool: list[Candidate], m: int, device: str) -> Candidate:
         """Among builds of one K-class and arch: the newest tuning table's choice that names one
         of them (a partial `tune --only` run does not hide older tables), else the heuristic."""
+        return self.pick_explained(op, coords, pool, m, device)[0]
+
+    def pick_explained(self, op: str, coords: dict[str, Any], pool: list[Candidate], m: int,
+                       device: str) -> tuple[Candidate, str]:
+        """`pick`, and how it decided (the tuning table and M bucket, or the heuristic)."""
         values = [tuning_values(op, (c.entry.get("variant") or {}).get("axes") or {}) for c in pool]
+        bucket = m_bucket(m)
+        unbuilt = []
         for table in self.tuning_tables(device, pool[0].arch, op) if device else ():
-            want = table.choice(op, coords_id(op, coords), pool[0].kclass.name, m_bucket(m))
+            want = table.choice(op, coords_id(op, coords), pool[0].kclass.name, bucket)
             for c, v in zip(pool, values):
                 if want is not None and v == want:
-                    return c
+                    return c, f"tuning table of {table.device} ({table.arch}), M bucket {bucket}: {want}"
+            if want is not None:
+                unbuilt.append(want)
         ranked = sorted(zip(pool, values), key=lambda cv: heuristic_rank(op, cv[0].kclass.max_k, cv[1]))
-        return ranked[0][0]
+        why = ("no device name given" if not device else
+               f"the tuning table's choice {unbuilt[0]} is not built" if unbuilt else
+               f"no tuning table covers {device!r}, {pool[0].kclass.name}, M bucket {bucket}")
+        return ranked[0][0], f"heuristic ({why}): {ranked[0][1]}"
+
+    def _log_resolution(self, op: str, coords: dict[str, Any], capability: tuple[int, int], k: int, m: int,
+                        ptr_align: int, stride_bytes: int, cands: list[Candidate], accepting: list[Candidate],
+                        served: Candidate, how: str) -> None:
+        desc = ",".join(f"{a}={coords[a]}" for a in sorted(coords))
+        layer = served.layer.label if served.layer is not None else str(self.root)
+        _log.info("%s [%s] K=%d M=%d (bucket %d) on %d.%d -> %s [%s] from layer %s; K-class %s; %s", op, desc, k, m,
+                  m_bucket(m), capability[0], capability[1], served.entry.get("name"),
+                  str(served.entry.get("key"))[:12], layer, served.kclass.name, how)
+        if _log.isEnabledFor(logging.DEBUG):
+            for c in self._group(coords_id(op, coords)):
+                if c is served:
+                    why = "chosen"
+                elif c not in cands:
+                    why = f"rejected: arch {c.arch} does not run on {capability[0]}.{capability[1]}"
+                elif c not in accepting:
+                    why = f"rejected: K-class {c.kclass.name} does not accept " + \
+                        f"K={k}, {ptr_align}-byte pointer, {stride_bytes}-byte row stride, M={m} ({_describe(c.kclass)})"
+                elif c.kclass.name != served.kclass.name or c.arch != served.arch:
+                    why = f"passed over: less specialized than {served.kclass.name}/{served.arch}"
+                else:
+                    why = "passed over: another tuning choice"
+                _log.debug("  candidate %s [%s] (%s): %s", c.entry.get("name"), str(c.entry.get("key"))[:12],
+                           c.layer.label if c.layer is not None else "?", why)
+            stale = self._stale.get(coords_id(op, coords), 0)
+            if stale:
+                _log.debug("  %d more build(s) of this group come from other kernel sources (not served)", stale)
 
     def tuning_tables(self, device: str, arch_name: str, op: str) -> list[TuningTable]:
         """Tables for (device name, arch, op's sources): each layer's newest first, earlier layers first."""
@@ -320,7 +379,6 @@ class DispatchTable:
         return {g: self._group(g) for g in sorted(names)}
 
     def not_built(self, op: str, coords: dict[str, Any], capability: tuple[int, int]) -> KernelNotBuilt:
-        arch = f"sm_{capability[0]}{capability[1]}a"
         desc = ".".join(str(coords[k]) for k in sorted(coords))
         stale = self._stale.get(coords_id(op, coords), 0)
         why = (f" ({stale} cached build(s) of it come from other kernel sources: rebuild)" if stale else "")
@@ -330,9 +388,37 @@ class DispatchTable:
         refused = "".join(f"\n  refused: {layer.label} ({layer.root}): {layer.refused}" for layer in self._refused)
         return KernelNotBuilt(
             f"no cached kernel for {op} [{desc}] on a device of capability {capability[0]}.{capability[1]} "
-            f"(arch {arch}) in {where}{why}.{refused}\nBuild it with:\n"
-            f"    kernelforge build --cache {self.root} --arch {arch} --only '{op}.*'"
+            f"in {where}{why}.{refused}\n{build_hint(self.root, op, coords, capability)}"
         )
+
+
+def build_hint(root: Path, op: str, coords: dict[str, Any], capability: tuple[int, int]) -> str:
+    """The `kernelforge build` command that produces a kernel for this call, checked against the
+    default specs (it selects at least one variant), or why there is none: no spec declares an arch
+    that runs on this device, or these coordinates."""
+    try:
+        from ..config import resolve_spec_paths
+        from ..spec import load_specs, select
+
+        variants = load_specs(resolve_spec_paths(None))
+    except Exception as exc:  # no specs here (a runtime-only install may lack them): say so
+        return f"No build command can be suggested: the spec files cannot be read ({exc})."
+    declared = sorted({str(v.get("arch")) for v in variants})
+    runs = sorted((a for a in declared if arch_runs_on(a, capability)), key=lambda a: -arch_runs_on(a, capability))
+    if not runs:
+        return (f"No spec declares an arch that runs on capability {capability[0]}.{capability[1]} (the specs declare "
+                f"{', '.join(declared) or 'none'}): kernels for this device cannot be built from these specs.")
+    for arch in runs:
+        names = [v.name for v in variants if v.op == op and str(v.get("arch")) == arch
+                 and all(str(v.get(a)) == str(val) for a, val in coords.items())]
+        if not names:
+            continue
+        prefix = os.path.commonprefix(names)
+        pattern = names[0] if len(names) == 1 else prefix[:prefix.rfind(".") + 1] + "*"
+        if select(variants, only=[pattern], archs=[arch]):
+            return f"Build it with:\n    kernelforge build --cache {root} --arch {arch} --only '{pattern}'"
+    return (f"No spec declares {op} with {', '.join(f'{a}={v}' for a, v in sorted(coords.items()))} for "
+            f"{' or '.join(runs)}: add it to a spec file, then `kernelforge build`.")
 
 
 def _describe(kc: KClass) -> str:

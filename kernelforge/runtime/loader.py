@@ -19,8 +19,10 @@ from __future__ import annotations
 import ctypes
 import hashlib
 import json
+import logging
 import os
 import threading
+import time
 from typing import Any
 
 import tvm_ffi  # imported with the ops, so a variant's first call pays only load + launch
@@ -33,6 +35,7 @@ _lock = threading.Lock()
 _modules: dict[tuple[str, str], Any] = {}  # (key, sha256) -> loaded tvm_ffi module
 _runtimes: dict[tuple[str, str], Any] = {}  # (key, sha256) -> ctypes handle of a runtime library
 _held_fds: list[int] = []  # descriptors of loaded files (see the module docstring)
+_log = logging.getLogger("kernelforge.runtime.loader")
 _load_so = tvm_ffi.get_global_func("ffi.Module.load_from_file.so")
 _keep_alive = tvm_ffi.get_global_func("ffi.ModuleGlobalsAdd")
 
@@ -141,6 +144,8 @@ def load_function(trusted: TrustedRoot, entry: dict[str, Any], runtime_entry: di
     with _lock:
         mod = _modules.get(ident)
         if mod is None:
+            t0 = time.perf_counter()
+            had_runtime = len(_runtimes)
             _load_runtime(trusted, entry, runtime_entry)
             fd = open_verified(trusted, entry, "kernel module")
             try:
@@ -152,4 +157,8 @@ def load_function(trusted: TrustedRoot, entry: dict[str, Any], runtime_entry: di
             _keep_alive(mod)
             _held_fds.append(fd)
             _modules[ident] = mod
+            if _log.isEnabledFor(logging.INFO):
+                rt = " (and its runtime library)" if len(_runtimes) > had_runtime else ""
+                _log.info("loaded %s [%s] from %s in %.2f ms%s", entry.get("name"), str(entry.get("key"))[:12],
+                          trusted.root, (time.perf_counter() - t0) * 1e3, rt)
     return mod[entry["extra"]["symbol"]]

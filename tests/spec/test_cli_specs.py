@@ -15,7 +15,7 @@ runner = CliRunner()
 
 
 def test_show_table(default_spec):
-    r = runner.invoke(app, ["specs", "show", "--spec", str(default_spec)])
+    r = runner.invoke(app, ["specs", "show", "--spec", str(default_spec), "--wide"])
     assert r.exit_code == 0, r.output
     assert "quantize.mxfp8.floor.linear.bfloat16.aligned.sm_90a.t128u1" in r.stdout
     assert "k_multiple_blocks" in r.stdout and "units_per_thread" in r.stdout
