@@ -111,6 +111,88 @@ def check_disjoint(written: Named, others: Named, why: str = "") -> None:
         seen.append((name, t))
 
 
+# --- Devices ---------------------------------------------------------------------------------
+# Which device and stream a kernel launch uses (apache-tvm-ffi 0.1.15.post2, nvidia-cutlass-dsl
+# 4.8.1), so that an op on cuda:1 runs on cuda:1 whatever the current device is:
+# * Stream. tvm_ffi/cython/function.pxi:219-230 (TVMFFIPyArgSetterDLPackExchangeAPI_): the first
+#   non-CPU tensor argument of a call fixes the call's (device_type, device_id) and asks torch's
+#   DLPack exchange API `current_work_stream(device_type, device_id)`, i.e. torch's current stream
+#   *of that tensor's device* (`at::cuda::getCurrentCUDAStream(device_id)`; the same in tvm_ffi's
+#   addon for older torch, tvm_ffi/utils/_build_optional_torch_c_dlpack.py:508-519, and in the
+#   pure-Python fallback, function.pxi:295-300, `torch._C._cuda_getCurrentRawStream(device_id)`).
+#   tvm_ffi/cython/tvm_ffi_python_helpers.h:579-585 installs it for the call with
+#   TVMFFIEnvSetStream(device_type, device_id, stream) and restores the previous one at 603-610.
+#   Every kernel is compiled with `make_fake_stream(use_tvm_ffi_env_stream=True)`
+#   (build/compile.py), so its wrapper reads TVMFFIEnvGetStream(kDLCUDA, device_id of its first
+#   CUDA tensor parameter) (cutlass/base_dsl/tvm_ffi_builder/tvm_ffi_builder.py:2270-2301,
+#   find_env_stream). Every op passes its input (x or w) first.
+# * Device. The CuTe-DSL TVM-FFI wrapper itself guards the device: it calls cudaGetDevice, then
+#   cudaSetDevice(device_id of the first CUDA tensor parameter) only where they differ, launches,
+#   and restores the caller's device (cutlass/cutlass_dsl/tvm_ffi_provider.py:761-815,
+#   generate_llvm_call / set_cuda_device_if_mismatch, and 819-828,
+#   find_cuda_device_index_from_params). So no Python device guard wraps the launch: it would
+#   repeat that one in microseconds instead of nanoseconds. The torch calls an op makes before
+#   the launch (output allocation, the zero fill of empty problems, the cached [1.0] global scale)
+#   all name the device explicitly.
+# * Modules. One load per process serves every device: the loader loads each kernel module once
+#   (runtime/loader.py), and the wrapper's first call runs cuda_dialect_init_library_once, which
+#   loads the cubin with the context-independent cudaLibraryLoadData and then onto every visible
+#   device (shared/notes/cute_dsl_aot.md, "Behaviour on a GPU of the wrong arch").
+#   validation/test_multi_gpu.py checks it from fresh processes whose first call is on cuda:1.
+# * What Python adds: every op checks that all its tensors are on the input's device
+#   (`check_device`, a ValueError naming the argument and both devices, before anything runs),
+#   and refuses a launch that a CUDA graph capture would silently miss (`check_launch_device`).
+
+# The calling thread's current CUDA device: torch._C._cuda_getDevice is what
+# torch.cuda.current_device() returns after its lazy-init check (~0.3 us saved per call); an
+# op only asks once it holds a CUDA tensor, so CUDA is initialized. Not cached: it is per thread
+# and changes under torch.cuda.device / set_device / torch.cuda.stream.
+current_device: Callable[[], int] = getattr(torch._C, "_cuda_getDevice", lambda: -1)
+
+
+def check_device(name: str, t: torch.Tensor, device: torch.device, arg: str = "x") -> None:
+    """Raise ValueError unless tensor t (the argument `name`) is on `device`, the device of the
+    input named `arg`."""
+    if t.device != device:
+        raise ValueError(f"{name}: expected a tensor on {device} (the device of {arg}), got {t.device}")
+
+
+def check_same_device(named: Named, device: torch.device, arg: str = "x") -> None:
+    """`check_device` for each (name, tensor) pair; None entries are skipped."""
+    for name, t in named:
+        if t is not None:
+            check_device(name, t, device, arg)
+
+
+def check_launch_device(device: torch.device, arg: str = "x") -> None:
+    """Refuse a launch on `device` that a CUDA graph capture would silently miss.
+
+    The kernel runs on the current stream of `device`, the device of the input named `arg`
+    (see above). Where that is not the current device and the current device's current stream
+    is being captured, the launch would run once, eagerly, outside the graph (replays would
+    skip it): a RuntimeError says so instead, unless `device`'s own current stream is being
+    captured as well (then the launch is recorded there). Nothing to check on the current
+    device: one integer compare. Called by every op before its outputs are allocated."""
+    index = device.index
+    if index is None or index == current_device():
+        return
+    if torch.cuda.is_current_stream_capturing() and not stream_capturing(index):
+        raise RuntimeError(
+            f"{arg}: is on {device}, but a CUDA graph is being captured on the current stream of "
+            f"cuda:{current_device()} (the current device): the kernel would run on {device}'s current "
+            f"stream, outside the capture. Capture on a stream of {device} "
+            f"(torch.cuda.graph(g, stream=torch.cuda.Stream(device={index}))) or call the op on "
+            f"cuda:{current_device()}'s tensors")
+
+
+def stream_capturing(index: int) -> bool:
+    """Whether a CUDA graph capture is under way on the current stream of cuda:`index`."""
+    if index == current_device():
+        return torch.cuda.is_current_stream_capturing()
+    with torch.cuda.device(index):
+        return torch.cuda.is_current_stream_capturing()
+
+
 def set_cache_root(path: Optional[str | os.PathLike]) -> Path:
     """Use the cache at `path` alone (None: re-resolve: $KERNELFORGE_CACHE_DIR alone, else the
     checkout's or user's cache followed by the installed kernel wheels). Returns the first root."""
@@ -214,8 +296,7 @@ def check_global_scale(g: object, fmt: Format, device: torch.device, groups: int
         raise ValueError(f"{name}: expected shape {shape}, got {list(g.shape)}")
     if n > 1 and g.stride(0) != 1:
         raise ValueError(f"{name}: expected a contiguous tensor")
-    if g.device != device:
-        raise ValueError(f"{name}: expected a tensor on {device} (the device of {arg}), got {g.device}")
+    check_device(name, g, device, arg)
 
 
 def global_scale_arg(fmt: Format, g: Optional[torch.Tensor], device: torch.device) -> Optional[torch.Tensor]:
@@ -266,8 +347,7 @@ def _check_buffer(name: str, t: object, shape: tuple, dtype: torch.dtype, align:
         raise ValueError(f"{name}: expected dtype {dtype}{' (or torch.uint8)' if raw_bytes else ''}, got {tdtype}")
     if t.shape != shape:
         raise ValueError(f"{name}: expected shape {list(shape)}, got {list(t.shape)}")
-    if t.device != device:
-        raise ValueError(f"{name}: expected a tensor on {device} (the device of {arg}), got {t.device}")
+    check_device(name, t, device, arg)
     if not t.is_contiguous():
         raise ValueError(f"{name}: expected a contiguous tensor")
     if t.data_ptr() % align:
@@ -301,6 +381,7 @@ def output_pairs(outs: list, device: torch.device, specs: list[tuple[tuple, tupl
                     for name, t in zip(slots, pair)], inputs)
     if device.type != "cuda":
         raise ValueError(f"{arg}: expected a CUDA tensor, got a tensor on {device}")
+    check_launch_device(device, arg)
     res: list[torch.Tensor] = []
     for pair, (ds, ss, _) in zip(checked, specs):
         res += pair if pair is not None else (torch.empty(ds, dtype=data_dtype, device=device),

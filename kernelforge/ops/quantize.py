@@ -52,13 +52,16 @@ def quantize(
     if out is not None:  # fast path: the same buffers again, with an input like the last one
         try:
             d, s = out
-            key = ("quantize", x.shape, x.stride(), x.dtype, x.get_device(), format, layout, scale_mode,
+            dev = x.get_device()
+            key = ("quantize", x.shape, x.stride(), x.dtype, dev, format, layout, scale_mode,
                    id(d), id(s), id(global_scale))
             hit = c.fast_calls.get(key)
             if hit is not None:
                 refs = hit.refs
                 if (refs[0]() is d and refs[1]() is s and refs[2]() is global_scale
                         and c.x_clear_of_outs(x, hit)):
+                    if dev != c.current_device():  # another device: see _common's "Devices"
+                        c.check_launch_device(x.device)
                     hit.fn(x, d, s, hit.arg)
                     return d, s
         except Exception:  # noqa: BLE001 - anything odd (including the kernel's own argument

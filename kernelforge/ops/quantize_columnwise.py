@@ -57,6 +57,8 @@ def try_fast(key: Optional[tuple], x: Any, out: Any, scales: tuple) -> Optional[
     try:
         if not c.x_clear_of_outs(x, hit):
             return None
+        if key[4] != c.current_device():  # x on another device (key[4]): see _common's "Devices"
+            c.check_launch_device(x.device)
         if rowwise:
             fn(x, out[0], out[1], out[2], out[3], g_row, g_col, sign_mask)
         else:

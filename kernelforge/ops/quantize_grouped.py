@@ -145,6 +145,8 @@ def quantize_grouped(
                                       raw_bytes=False)
     inputs = (("x", x), ("group_offsets", group_offsets), ("global_scale", global_scale))
     c.check_disjoint((("out[2] (scale_offsets)", offsets_out),), inputs)
+    if device.type == "cuda":
+        c.check_launch_device(device)  # before the host read of the offsets below
     _check_offset_values(group_offsets, t)
     data, scale = c.output_buffers(None if out is None else out[:2], device, d_shape, s_shape, data_dtype,
                                    scale_dtype, (*inputs, ("out[2] (scale_offsets)", offsets_out)))
@@ -196,15 +198,15 @@ def _check_offsets(offsets: object, device: torch.device) -> int:
         raise ValueError(f"group_offsets: expected 1 to {MAX_GROUPS} groups, got G = {groups}")
     if groups > 1 and offsets.stride(0) != 1:
         raise ValueError("group_offsets: expected a contiguous tensor")
-    if offsets.device != device:
-        raise ValueError(f"group_offsets: expected a tensor on {device} (the device of x), got {offsets.device}")
+    c.check_device("group_offsets", offsets, device)
     return groups
 
 
 def _check_offset_values(offsets: torch.Tensor, t: int) -> None:
     """Check that group_offsets are non-decreasing, >= 0 and end at T (a host read), unless a
-    CUDA graph is being captured on the current stream (a read there would break the capture)."""
-    if offsets.device.type == "cuda" and torch.cuda.is_current_stream_capturing():
+    CUDA graph is being captured on the current stream of their device (a read there would
+    break the capture; that device need not be the current one)."""
+    if offsets.device.type == "cuda" and c.stream_capturing(offsets.device.index):
         return
     prev = 0
     for g, end in enumerate(offsets.tolist()):

@@ -37,13 +37,16 @@ def rmsnorm_quantize(
     if out is not None:  # fast path: same weight and buffers again, with an input like the last one
         try:
             d, s = out
-            key = ("rmsnorm_quantize", x.shape, x.stride(), x.dtype, x.get_device(), format, eps, layout,
+            dev = x.get_device()
+            key = ("rmsnorm_quantize", x.shape, x.stride(), x.dtype, dev, format, eps, layout,
                    scale_mode, id(weight), id(d), id(s), id(global_scale))
             hit = c.fast_calls.get(key)
             if hit is not None:
                 refs = hit.refs
                 if (refs[0]() is weight and refs[1]() is d and refs[2]() is s and refs[3]() is global_scale
                         and c.x_clear_of_outs(x, hit)):
+                    if dev != c.current_device():  # another device: see _common's "Devices"
+                        c.check_launch_device(x.device)
                     hit.fn(x, None, weight, d, s, hit.arg, eps)
                     return d, s
         except Exception:  # noqa: BLE001 - anything odd takes the checked path, which explains it
@@ -87,8 +90,8 @@ def _check_input(name: str, t: object, shape: Optional[torch.Size], dtype: Optio
         raise ValueError(f"{name}: expected dtype {dtype} (the dtype of x), got {t.dtype}")
     if shape is not None and t.shape != shape:
         raise ValueError(f"{name}: expected shape {list(shape)}, got {list(t.shape)}")
-    if device is not None and t.device != device:
-        raise ValueError(f"{name}: expected a tensor on {device} (the device of x), got {t.device}")
+    if device is not None:
+        c.check_device(name, t, device)
     if not t.is_contiguous():
         raise ValueError(f"{name}: expected a contiguous tensor (call .contiguous())")
     ptr = t.data_ptr()
