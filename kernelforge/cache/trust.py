@@ -16,6 +16,7 @@ from __future__ import annotations
 import os
 import re
 import stat
+import threading
 from pathlib import Path
 
 from kernelforge.errors import CacheError, UntrustedCache
@@ -24,6 +25,18 @@ TRUST_ENV = "KERNELFORGE_TRUST_SHARED_CACHE"
 _COMPONENT = re.compile(r"[A-Za-z0-9_][A-Za-z0-9._-]*")
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 _FILE_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK
+
+
+_STRUCTURAL = {"v1": {"artifacts", "runtime", "dispatch"}}
+
+
+def _structural(prefix: tuple[str, ...]) -> bool:
+    """Whether root/prefix is a directory no writer ever replaces (see TrustedRoot.open_dir)."""
+    if len(prefix) <= 1:
+        return not prefix or prefix[0] in _STRUCTURAL
+    if prefix[1] not in _STRUCTURAL.get(prefix[0], ()):
+        return False
+    return len(prefix) == 2 or (len(prefix) == 3 and prefix[1] == "artifacts" and len(prefix[2]) == 2)
 
 
 class MissingCacheFile(CacheError, FileNotFoundError):
@@ -86,6 +99,15 @@ class TrustedRoot:
         self.root = Path(root)
         self.enforce = enforce  # False: plain reads for writers and reports (still no symlinks)
         self._real: Path | None = None
+        self._dirs: dict[tuple[str, ...], int] = {}  # structural directories, checked (see open_dir)
+        self._dirs_lock = threading.Lock()
+
+    def __del__(self) -> None:
+        for fd in getattr(self, "_dirs", {}).values():
+            try:
+                os.close(fd)
+            except OSError:
+                pass
 
     def _real_root(self) -> Path:
         """The root's real path, its ancestors checked once (the root itself is checked on each open)."""
@@ -103,17 +125,27 @@ class TrustedRoot:
         return self._real
 
     def open_dir(self, parts: list[str] | tuple[str, ...]) -> int:
-        """A descriptor of root/parts (each component trusted, no symlink followed); caller closes it."""
-        root = self._real_root()
+        """A descriptor of root/parts (each component trusted, no symlink followed); caller closes it.
+
+        Descriptors of the structural directories (the root, v1/, artifacts/ and its two-hex
+        prefixes, runtime/, dispatch/) are kept after their first check, so loading a module
+        opens only its entry directory (halves the load path's cost: benchmarks/bench_load.py).
+        Those directories are created once and never replaced by any writer."""
+        parts = tuple(parts)
+        with self._dirs_lock:
+            depth = max((n for n in range(len(parts) + 1) if parts[:n] in self._dirs), default=-1)
+            fd = os.dup(self._dirs[parts[:depth]]) if depth >= 0 else -1
+        path = self._real_root().joinpath(*parts[:max(depth, 0)])
+        if depth < 0:
+            try:
+                fd = os.open(path, _DIR_FLAGS)
+            except OSError as exc:
+                raise _open_error(path, exc) from None
+            depth = 0
+            self._check_and_keep(fd, path, ())
         try:
-            fd = os.open(root, _DIR_FLAGS)
-        except OSError as exc:
-            raise _open_error(root, exc) from None
-        path = root
-        try:
-            self._check(fd, path)
-            for part in parts:
-                check_component(part, "cache path")
+            for n in range(depth, len(parts)):
+                part = check_component(parts[n], "cache path")
                 path = path / part
                 try:
                     nfd = os.open(part, _DIR_FLAGS, dir_fd=fd)
@@ -121,25 +153,37 @@ class TrustedRoot:
                     raise _open_error(path, exc) from None
                 os.close(fd)
                 fd = nfd
-                self._check(fd, path)
+                self._check_and_keep(fd, path, parts[:n + 1])
         except BaseException:
             os.close(fd)
             raise
         return fd
 
+    def _check_and_keep(self, fd: int, path: Path, prefix: tuple[str, ...]) -> None:
+        self._check(fd, path)
+        if _structural(prefix):
+            with self._dirs_lock:
+                if prefix not in self._dirs:
+                    self._dirs[prefix] = os.dup(fd)
+
     def open_file(self, parts: list[str] | tuple[str, ...]) -> int:
         """A read-only descriptor of the regular file root/parts, checked like open_dir; caller closes it."""
         *dirs, name = parts
-        check_component(name, "cache file")
         dfd = self.open_dir(dirs)
-        path = self._real_root().joinpath(*dirs, name)
         try:
-            try:
-                fd = os.open(name, _FILE_FLAGS, dir_fd=dfd)
-            except OSError as exc:
-                raise _open_error(path, exc) from None
+            return self.open_file_at(dfd, name, self._real_root().joinpath(*dirs))
         finally:
             os.close(dfd)
+
+    def open_file_at(self, dfd: int, name: str, dir_path: Path) -> int:
+        """A read-only descriptor of the regular file `name` in the trusted directory `dfd`
+        (which is `dir_path`, for messages), checked like open_file; caller closes it."""
+        check_component(name, "cache file")
+        path = dir_path / name
+        try:
+            fd = os.open(name, _FILE_FLAGS, dir_fd=dfd)
+        except OSError as exc:
+            raise _open_error(path, exc) from None
         try:
             st = self._check(fd, path)
             if not stat.S_ISREG(st.st_mode):

@@ -72,34 +72,44 @@ def open_verified(trusted: TrustedRoot, entry: dict[str, Any], what: str) -> int
     parts = entry_parts(entry, trusted.root)
     expected = entry.get("sha256")
     hint = fix_command(trusted.root, entry)
+    where = trusted.root.joinpath(*parts[:-1])
     try:
-        fd = trusted.open_file(parts)
+        dfd = trusted.open_dir(parts[:-1])
     except MissingCacheFile as exc:
         raise CorruptArtifact(f"{what} {entry.get('name')}: {exc}; fix: {hint}") from None
     try:
-        h = hashlib.sha256()
-        while chunk := os.read(fd, 1 << 20):
-            h.update(chunk)
-        digest = h.hexdigest()
-        if digest != expected:
-            raise CorruptArtifact(
-                f"{what} {trusted.root.joinpath(*parts)} is corrupt: sha256 {digest[:16]}... does not match "
-                f"the recorded {str(expected)[:16]}...; fix: {hint}")
-        _check_meta(trusted, entry, parts, digest, hint, what)
-        os.lseek(fd, 0, os.SEEK_SET)
-    except BaseException:
-        os.close(fd)
-        raise
+        try:
+            fd = trusted.open_file_at(dfd, parts[-1], where)
+        except MissingCacheFile as exc:
+            raise CorruptArtifact(f"{what} {entry.get('name')}: {exc}; fix: {hint}") from None
+        try:
+            h = hashlib.sha256()
+            while chunk := os.read(fd, 1 << 20):
+                h.update(chunk)
+            digest = h.hexdigest()
+            if digest != expected:
+                raise CorruptArtifact(
+                    f"{what} {where / parts[-1]} is corrupt: sha256 {digest[:16]}... does not match "
+                    f"the recorded {str(expected)[:16]}...; fix: {hint}")
+            _check_meta(trusted, entry, dfd, where, parts[-1], digest, hint, what)
+            os.lseek(fd, 0, os.SEEK_SET)
+        except BaseException:
+            os.close(fd)
+            raise
+    finally:
+        os.close(dfd)
     return fd
 
 
-def _check_meta(trusted: TrustedRoot, entry: dict[str, Any], parts: tuple[str, ...], digest: str,
+def _check_meta(trusted: TrustedRoot, entry: dict[str, Any], dfd: int, where: Any, main: str, digest: str,
                 hint: str, what: str) -> None:
     # The entry's own record, written with its files: an index (or dispatch view) edited to
     # name other bytes disagrees with it.
     try:
-        meta = json.loads(trusted.read_bytes((*parts[:-1], META_NAME)))
-        recorded = meta["files"][parts[-1]]["sha256"]
+        mfd = trusted.open_file_at(dfd, META_NAME, where)
+        with os.fdopen(mfd, "rb") as f:
+            meta = json.loads(f.read())
+        recorded = meta["files"][main]["sha256"]
         key = meta["key"]
     except (CacheError, ValueError, KeyError, TypeError) as exc:
         raise CorruptArtifact(f"{what} {entry.get('name')}: its {META_NAME} is unusable ({exc}); fix: {hint}") from None
