@@ -1,4 +1,4 @@
-import os, sys, time, tempfile, statistics
+import os, time, tempfile, statistics
 from kernelforge.cache.usage import UsageLog
 d = tempfile.mkdtemp(); os.makedirs(f"{d}/v1")
 firsts, nexts, offs = [], [], []

@@ -7,7 +7,6 @@ Lock order is always key lock, then index lock.
 """
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import shutil
@@ -21,7 +20,7 @@ from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator, Mapping, Pr
 
 from kernelforge.cache.entry import Entry
 from kernelforge.cache.integrity import file_problems, sha256_file  # noqa: F401  (sha256_file: re-exported)
-from kernelforge.cache.index import (DispatchViews, current_umask, fsync_dir, read_index, read_index_checked,
+from kernelforge.cache.index import (DispatchViews, current_umask, fsync_dir, read_index_checked,
                                      write_index)
 from kernelforge.cache.layout import META_NAME, Layout, check_key, check_kind
 from kernelforge.cache.trust import TrustedRoot

@@ -23,7 +23,7 @@ from rich.console import Console
 from ..cache import CacheStore
 from ..config import resolve_cache_root, resolve_spec_paths, tuning_dir_for
 from ..errors import KernelforgeError
-from ._common import EXIT_CODES_HELP, fail
+from ._common import fail
 from .progress import DEFAULT_INTERVAL_S, BarReporter, LineReporter, Reporter
 
 PROGRESS_ENV = "KERNELFORGE_PROGRESS_INTERVAL"

@@ -21,7 +21,7 @@ from typing import Optional
 
 import typer
 
-from ..cache import CacheStore, verify
+from ..cache import CacheStore
 from ..cache.layers import EXPLICIT_SOURCES, Layer, present_layers, verify_layer
 from ..config import gpu_test_dir
 from ..runtime.arch import arch_runs_on

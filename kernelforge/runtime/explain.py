@@ -16,7 +16,6 @@ from typing import Any, Sequence
 from ..cache.index import coords_id
 from ..sources import OP_SOURCES, source_hash
 from ..spec.model import KClass
-from .arch import arch_runs_on
 
 _ARCH = re.compile(r"sm_(\d+)(\d)[af]?$")
 
