@@ -9,7 +9,7 @@ from typing import Any
 
 __version__ = "0.1.0"
 
-# Public names, all from kernelforge.ops (whose import also registers torch.ops.kernelforge.*).
+# Public names, all from kernelforge.ops (whose import also installs torch.ops.kernelforge).
 _LAZY = {
     name: "kernelforge.ops"
     for name in ("quantize", "rmsnorm_quantize", "add_rmsnorm_quantize", "nvfp4_global_scale", "set_cache_root",

@@ -100,3 +100,29 @@ def resolve_spec_paths(cli_values: list[str | os.PathLike[str]] | None = None) -
         "no spec files found: pass --spec FILE (or a directory), or set "
         f"${SPEC_ENV} to a directory of *.toml files (the package's {default_spec_dir()} holds none)"
     )
+
+
+def entry_points(group: str) -> list:
+    """`importlib.metadata.entry_points(group=group)`: the same entry points in the same order,
+    parsing only the entry_points.txt files that mention the group.
+
+    The standard scan parses every installed distribution's entry points into objects (~50 us
+    each: ~2.5 ms for 47 distributions on the build host, more on a full training image); this
+    one reads each file and skips those that do not name the group. Distributions are taken
+    once per normalized name, the first on the path, as the standard scan does."""
+    import importlib.metadata as md
+
+    out = []
+    seen: set[str] = set()
+    for dist in md.distributions():
+        try:
+            name = dist._normalized_name  # the standard scan's key (importlib.metadata._unique)
+        except AttributeError:  # an importlib.metadata without it: the standard scan
+            return list(md.entry_points(group=group))
+        if name in seen:
+            continue
+        seen.add(name)
+        text = dist.read_text("entry_points.txt")
+        if text and group in text:
+            out.extend(ep for ep in dist.entry_points if ep.group == group)
+    return out

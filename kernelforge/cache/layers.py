@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from kernelforge.config import CACHE_ENV, resolve_cache_root
+from kernelforge.config import CACHE_ENV, entry_points, resolve_cache_root
 
 ENTRY_POINT_GROUP = "kernelforge.kernels"
 WHEEL_MANIFEST = "kernelforge_kernels.json"  # inside the wheel's package: versions and toolchain
@@ -102,7 +102,7 @@ def _wheel_layer(ep: md.EntryPoint) -> Layer | None:
 
 def wheel_layers() -> list[Layer]:
     """Installed kernel wheels, in a stable order (distribution name, then entry-point name)."""
-    eps = md.entry_points(group=ENTRY_POINT_GROUP)
+    eps = entry_points(ENTRY_POINT_GROUP)
     layers = [_wheel_layer(ep) for ep in sorted(eps, key=lambda e: (e.value, e.name))]
     seen: set[Path] = set()
     out = []

@@ -145,11 +145,11 @@ def plugin_families() -> dict[str, OpFamily]:
 
     A plugin that fails to load, or that names a family already defined, is skipped with one
     RuntimeWarning naming it; the built-in families and the other plugins still work."""
-    import importlib.metadata as md
+    from kernelforge.config import entry_points
 
     builtin = builtin_families()
     out: dict[str, OpFamily] = {}
-    for ep in sorted(md.entry_points(group=ENTRY_POINT_GROUP), key=lambda e: (e.value, e.name)):
+    for ep in sorted(entry_points(ENTRY_POINT_GROUP), key=lambda e: (e.value, e.name)):
         try:
             fams = _entry_point_families(ep)
         except Exception as exc:  # noqa: BLE001 - any plugin error: warn, never break the built-ins

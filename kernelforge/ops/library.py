@@ -7,6 +7,9 @@ declares that it mutates `residual`. The grouped (mixture-of-experts) ops `.quan
 and `.quantize_grouped` are registered the same way. The Python functions route here only while compiling:
 in eager mode they call the loaded kernel directly (the dispatcher round trip costs
 microseconds per call; see benchmarks/RESULTS.md).
+
+This module is imported on first use, not by `import kernelforge.ops`: by the first lookup on
+`torch.ops.kernelforge` or by the first op a torch.compile trace reaches (kernelforge/ops/__init__.py).
 """
 from __future__ import annotations
 

@@ -2,7 +2,8 @@
 
 Imports neither torch nor cutlass.
 """
-from kernelforge.spec.loader import load_spec, load_specs
+from typing import Any
+
 from kernelforge.spec.model import KClass, Spec, Variant
 from kernelforge.spec.schema import (
     ARCH_CAPABILITY,
@@ -30,3 +31,16 @@ __all__ = [
     "load_specs",
     "select",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    # The TOML loader (tomllib and the spec parser, ~5 ms) loads on first use: the runtime
+    # imports this package for the schemas and K-classes only, and reads no spec file.
+    if name in ("load_spec", "load_specs"):
+        from kernelforge.spec import loader
+
+        value = getattr(loader, name)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+

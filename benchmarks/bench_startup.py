@@ -1,0 +1,224 @@
+"""Startup cost of the public ops in fresh processes, and the host cost of one call.
+
+What a training or inference process pays before its first quantized tensor: each child
+process imports torch and makes its CUDA tensors (the CUDA context is ready), then times
+`import kernelforge` + the first call of one op (synchronized), then the first call of each
+further op in the same process (synchronized each). Every op is the first one in `--runs`
+processes (default 7), the others following in a rotated order; medians are printed.
+
+Targets (the startup issue): the first op, import included, <= 30 ms; each further op's first
+call <= 2 ms; an allocating call <= 10 us of host time at 128 x 256; an `out=` call <= the
+host time of `torch.add(out=)` + 1 us.
+
+The ops (bf16 inputs; the cache must hold their sm_90a builds, as the default specs do):
+
+| name | call |
+|---|---|
+| quantize_mxfp8 | `quantize(x, "mxfp8")` |
+| quantize_nvfp4 | `quantize(x, "nvfp4", global_scale=g)` |
+| quantize_dual | `quantize(x, "mxfp8", columnwise=True)` (rowwise + columnwise, one kernel) |
+| quantize_nvfp4_rht | `quantize_nvfp4_rht(x)` |
+| rmsnorm_quantize | `rmsnorm_quantize(x, w, "mxfp8")` |
+| add_rmsnorm_quantize | `add_rmsnorm_quantize(x, r, w, "mxfp8")` |
+| quantize_experts | `quantize_experts(w3, "mxfp8")` |
+| quantize_grouped | `quantize_grouped(xg, offsets, "mxfp8")` |
+
+kernelforge is imported as the environment has it (an installed wheel, an editable install, or
+PYTHONPATH); children run with cwd=/ so that a checkout in the current directory does not
+shadow it. Only benchmarks/_timing.py is imported from this file's own directory.
+
+    python benchmarks/bench_startup.py [--runs 7] [--json bench_startup.json] [--importtime]
+
+`--importtime` also runs one child under `python -X importtime` and lists the modules that
+`import kernelforge` + the first call import, by cumulative time (where the import time goes).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+from pathlib import Path
+
+OPS = ("quantize_mxfp8", "quantize_nvfp4", "quantize_dual", "quantize_nvfp4_rht", "rmsnorm_quantize",
+       "add_rmsnorm_quantize", "quantize_experts", "quantize_grouped")
+FIRST_MS, FURTHER_MS, ALLOC_US, OUT_OVER_ADD_US = 30.0, 2.0, 10.0, 1.0
+
+# Shared by the children: the inputs (made before the clock starts) and one call per op.
+SETUP = r"""
+import json, sys, time
+import torch
+dev = "cuda"
+x = torch.randn(128, 256, device=dev, dtype=torch.bfloat16)
+r = torch.randn_like(x)
+w = torch.randn(256, device=dev, dtype=torch.bfloat16)
+g = torch.ones(1, device=dev, dtype=torch.float32)
+w3 = torch.randn(4, 128, 256, device=dev, dtype=torch.bfloat16)
+xg = torch.randn(256, 256, device=dev, dtype=torch.bfloat16)
+offsets = torch.tensor([128, 256], device=dev, dtype=torch.int32)
+torch.cuda.synchronize()
+CALLS = {
+    "quantize_mxfp8": lambda kf: kf.quantize(x, "mxfp8"),
+    "quantize_nvfp4": lambda kf: kf.quantize(x, "nvfp4", global_scale=g),
+    "quantize_dual": lambda kf: kf.quantize(x, "mxfp8", columnwise=True),
+    "quantize_nvfp4_rht": lambda kf: kf.quantize_nvfp4_rht(x),
+    "rmsnorm_quantize": lambda kf: kf.rmsnorm_quantize(x, w, "mxfp8"),
+    "add_rmsnorm_quantize": lambda kf: kf.add_rmsnorm_quantize(x, r, w, "mxfp8"),
+    "quantize_experts": lambda kf: kf.quantize_experts(w3, "mxfp8"),
+    "quantize_grouped": lambda kf: kf.quantize_grouped(xg, offsets, "mxfp8"),
+}
+"""
+
+STARTUP = SETUP + r"""
+order = sys.argv[1].split(",")
+t0 = time.perf_counter()
+import kernelforge
+CALLS[order[0]](kernelforge)
+torch.cuda.synchronize()
+first_ms = 1e3 * (time.perf_counter() - t0)
+further = {}
+for op in order[1:]:
+    t = time.perf_counter()
+    CALLS[op](kernelforge)
+    torch.cuda.synchronize()
+    further[op] = 1e3 * (time.perf_counter() - t)
+print(json.dumps({"first": order[0], "first_ms": first_ms, "further_ms": further,
+                  "library_registered": "kernelforge.ops.library" in sys.modules,
+                  "cli_imported": sorted(m for m in ("typer", "rich", "kernelforge.cli") if m in sys.modules),
+                  "device": torch.cuda.get_device_name(), "torch": torch.__version__}))
+"""
+
+HOST = SETUP + r"""
+import kernelforge
+sys.path.insert(0, sys.argv[1])
+from _timing import host_us
+out = kernelforge.quantize(x, "mxfp8")
+kernelforge.quantize(x, "mxfp8", out=out)  # checked once, then remembered by the fast path
+s = torch.empty_like(x)
+paths = {"allocating_us": lambda: kernelforge.quantize(x, "mxfp8"),
+         "out_us": lambda: kernelforge.quantize(x, "mxfp8", out=out),
+         "torch_add_out_us": lambda: torch.add(x, r, out=s)}
+best = {}
+for _ in range(3):  # interleaved rounds, best of each: a noisy host affects all alike
+    for name, f in paths.items():
+        best[name] = min(best.get(name, float("inf")), host_us(f))
+print(json.dumps(best))
+"""
+
+
+def _child(code: str, *args: str, importtime: bool = False) -> subprocess.CompletedProcess:
+    cmd = [sys.executable, *(["-X", "importtime"] if importtime else []), "-c", code, *args]
+    return subprocess.run(cmd, capture_output=True, text=True, env=os.environ.copy(), cwd="/")
+
+
+def _last_json(proc: subprocess.CompletedProcess, what: str) -> dict:
+    if proc.returncode != 0:
+        hint = ""
+        if "No module named 'kernelforge'" in proc.stderr:
+            hint = "\n(kernelforge is not importable from cwd=/: install it, or set PYTHONPATH to the checkout)"
+        raise SystemExit(f"bench_startup: the {what} child failed:\n{proc.stderr[-4000:]}{hint}")
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def _needs_gpu() -> None:
+    try:
+        import torch
+    except ImportError:
+        raise SystemExit("bench_startup: needs torch and a CUDA GPU") from None
+    if not torch.cuda.is_available():
+        raise SystemExit("bench_startup: needs a CUDA GPU (torch.cuda.is_available() is False)")
+
+
+def importtime_profile(first: str, top: int = 25) -> list[dict]:
+    """One child under -X importtime: the modules imported after torch, by cumulative time."""
+    proc = _child(STARTUP, ",".join([first]), importtime=True)
+    _last_json(proc, "importtime")
+    lines = proc.stderr.splitlines()
+    starts = [i for i, line in enumerate(lines) if line.rstrip().endswith("| torch")]
+    rows = []
+    for line in lines[(starts[-1] + 1) if starts else 0:]:
+        parts = line.split("|")
+        if len(parts) != 3 or not parts[0].startswith("import time:"):
+            continue
+        try:
+            self_us, cum_us = int(parts[0].split(":")[1]), int(parts[1])
+        except ValueError:
+            continue
+        name = parts[2].rstrip()
+        rows.append({"module": name.strip(), "depth": (len(name) - len(name.lstrip()) - 1) // 2,
+                     "self_ms": self_us / 1e3, "cumulative_ms": cum_us / 1e3})
+    rows.sort(key=lambda r: -r["cumulative_ms"])
+    return rows[:top]
+
+
+def run(runs: int, importtime: bool = False) -> dict:
+    samples = []
+    for i in range(runs):
+        for j, first in enumerate(OPS):
+            # The further ops in a rotated order, so that each follows different ops across runs.
+            rest = [op for op in OPS if op != first]
+            shift = (i + j) % len(rest)
+            order = [first, *rest[shift:], *rest[:shift]]
+            samples.append(_last_json(_child(STARTUP, ",".join(order)), f"startup ({first} first)"))
+    host = [_last_json(_child(HOST, str(Path(__file__).resolve().parent)), "host cost") for _ in range(3)]
+    first_ms = {op: statistics.median(s["first_ms"] for s in samples if s["first"] == op) for op in OPS}
+    further_ms = {op: statistics.median(s["further_ms"][op] for s in samples if op in s["further_ms"])
+                  for op in OPS}
+    host_med = {k: statistics.median(h[k] for h in host) for k in host[0]}
+    res = {"device": samples[0]["device"], "torch": samples[0]["torch"], "runs": runs,
+           "median": {"first_ms": first_ms, "further_ms": further_ms, "host": host_med},
+           "library_registered_eagerly": any(s["library_registered"] for s in samples),
+           "cli_imported": sorted({m for s in samples for m in s["cli_imported"]}),
+           "samples": samples, "host_samples": host}
+    if importtime:
+        res["importtime"] = importtime_profile(OPS[0])
+    return res
+
+
+def report(res: dict) -> str:
+    med = res["median"]
+    ok = lambda v, limit: "yes" if v <= limit else "NO"  # noqa: E731
+    lines = [f"device: {res['device']} (torch {res['torch']}); median of {res['runs']} fresh processes per op",
+             "",
+             f"| op | import + first call, op first (ms, target {FIRST_MS:g}) | first call after another op "
+             f"(ms, target {FURTHER_MS:g}) |",
+             "|---|---|---|"]
+    for op in OPS:
+        a, b = med["first_ms"][op], med["further_ms"][op]
+        lines.append(f"| {op} | {a:.1f} ({ok(a, FIRST_MS)}) | {b:.2f} ({ok(b, FURTHER_MS)}) |")
+    h = med["host"]
+    lines += ["",
+              "| host time per call, 128 x 256 bf16 mxfp8 | us | target |",
+              "|---|---|---|",
+              f"| quantize, allocating | {h['allocating_us']:.2f} | <= {ALLOC_US:g} ({ok(h['allocating_us'], ALLOC_US)}) |",
+              f"| quantize, out= | {h['out_us']:.2f} | <= torch.add(out=) + {OUT_OVER_ADD_US:g} "
+              f"({ok(h['out_us'], h['torch_add_out_us'] + OUT_OVER_ADD_US)}) |",
+              f"| torch.add(out=) | {h['torch_add_out_us']:.2f} | |",
+              "",
+              f"custom ops registered before the first trace: {res['library_registered_eagerly']}; "
+              f"CLI modules imported: {res['cli_imported'] or 'none'}"]
+    if "importtime" in res:
+        lines += ["", "-X importtime (one child, after torch; cumulative ms, self ms):"]
+        lines += [f"  {r['cumulative_ms']:8.2f} {r['self_ms']:7.2f}  {'  ' * r['depth']}{r['module']}"
+                  for r in res["importtime"]]
+    return "\n".join(lines)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--runs", type=int, default=7, help="fresh processes per op (default 7)")
+    ap.add_argument("--json", type=Path, default=Path("bench_startup.json"), help="where to write the results")
+    ap.add_argument("--importtime", action="store_true", help="also profile one child with -X importtime")
+    args = ap.parse_args()
+    _needs_gpu()
+    res = run(args.runs, args.importtime)
+    print(report(res))
+    args.json.parent.mkdir(parents=True, exist_ok=True)
+    args.json.write_text(json.dumps(res, indent=1))
+    print(f"\nwrote {args.json}")
+
+
+if __name__ == "__main__":
+    main()
