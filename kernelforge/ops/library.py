@@ -8,8 +8,8 @@ and `.quantize_grouped` are registered the same way. The Python functions route 
 in eager mode they call the loaded kernel directly (the dispatcher round trip costs
 microseconds per call; see benchmarks/RESULTS.md).
 
-This module is imported on first use, not by `import kernelforge.ops`: by the first lookup on
-`torch.ops.kernelforge` or by the first op a torch.compile trace reaches (kernelforge/ops/__init__.py).
+`import kernelforge.ops` imports this module (registering lazily through a replacement
+`torch.ops.kernelforge` namespace broke inductor's lookup of the ops by module path).
 """
 from __future__ import annotations
 
