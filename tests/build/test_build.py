@@ -241,7 +241,7 @@ def test_full_catalog_noop_is_fast(tmp_path, monkeypatch):
     # Every entry goes through the real `publish`; only its index write is deferred to one real
     # write at the end (publishing rewrites the whole index each time: quadratic in the catalog).
     pending: dict[str, dict] = {}
-    monkeypatch.setattr(cache_store, "read_index", lambda path: dict(pending))
+    monkeypatch.setattr(cache_store, "read_index_checked", lambda path: (dict(pending), None))
     monkeypatch.setattr(cache_store, "write_index", lambda path, entries: pending.update(entries))
     for v in variants:
         staging = tmp_path / "stage"
