@@ -13,7 +13,8 @@ import hashlib
 from collections.abc import Mapping
 from pathlib import Path
 
-from .families import FamilyView, find_family
+from .families import find_family
+from .family_view import FamilyView
 
 PACKAGE_DIR = Path(__file__).resolve().parent
 KERNELS_DIR = PACKAGE_DIR / "kernels"

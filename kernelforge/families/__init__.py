@@ -17,11 +17,12 @@ from __future__ import annotations
 import functools
 import importlib
 import warnings
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from kernelforge.family_view import FamilyView  # noqa: F401  (re-exported)
 from kernelforge.spec.schema import OpSchema
 
 ENTRY_POINT_GROUP = "kernelforge.ops"
@@ -199,32 +200,6 @@ def reload_plugins() -> None:
 def plugin_spec_files() -> list[Path]:
     """The spec files the installed plugins' families ship (read by default next to the package's)."""
     return [Path(p) for fam in plugin_families().values() for p in fam.spec_files]
-
-
-class FamilyView(Mapping[str, Any]):
-    """A read-only mapping op -> `project(family)` over the registry, evaluated on lookup.
-
-    What the older tables (`OP_SCHEMAS`, `OP_SOURCES`) are now: views, never copies."""
-
-    def __init__(self, project: Callable[[OpFamily], Any]) -> None:
-        self._project = project
-
-    def __getitem__(self, op: str) -> Any:
-        if not isinstance(op, str):
-            raise KeyError(op)
-        return self._project(get_family(op))
-
-    def __contains__(self, op: object) -> bool:
-        return isinstance(op, str) and find_family(op) is not None
-
-    def __iter__(self) -> Iterator[str]:
-        return iter(families())
-
-    def __len__(self) -> int:
-        return len(families())
-
-    def __repr__(self) -> str:
-        return f"{type(self).__name__}({dict(self)!r})"
 
 
 __all__ = ["ENTRY_POINT_GROUP", "FamilyView", "OpFamily", "builtin_families", "families", "find_family",

@@ -6,9 +6,10 @@ schema types and the axes ops share. Imports neither torch nor cutlass.
 """
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
+from kernelforge.family_view import FamilyView
 from kernelforge.formats import FORMATS, INPUT_DTYPES, LAYOUTS, SCALE_MODES
 
 SCHEMA_VERSIONS: tuple[int, ...] = (1,)
@@ -134,30 +135,4 @@ AXES: dict[str, Axis] = {
 }
 
 
-class _Schemas(Mapping[str, OpSchema]):
-    """op name -> OpSchema, read from the op families on each lookup (see kernelforge.families)."""
-
-    def __getitem__(self, op: str) -> OpSchema:
-        from kernelforge.families import get_family
-
-        if not isinstance(op, str):
-            raise KeyError(op)
-        return get_family(op).schema
-
-    def __contains__(self, op: object) -> bool:
-        from kernelforge.families import find_family
-
-        return isinstance(op, str) and find_family(op) is not None
-
-    def __iter__(self) -> Iterator[str]:
-        from kernelforge.families import families
-
-        return iter(families())
-
-    def __len__(self) -> int:
-        from kernelforge.families import families
-
-        return len(families())
-
-
-OP_SCHEMAS: Mapping[str, OpSchema] = _Schemas()
+OP_SCHEMAS: Mapping[str, OpSchema] = FamilyView(lambda family: family.schema)
