@@ -32,7 +32,7 @@ from kernelforge.cache.entry import Entry
 from kernelforge.cache.layout import META_NAME, SCHEMA_VERSION
 from kernelforge.cache.store import CacheStore
 from kernelforge.cache.transfer import (Rejected, TransferError, TransferReport, bytes_problem, load_local_files,
-                                        parse_entries, publish_staged, runtime_missing, select_entries,
+                                        parse_entries, read_entries_index, publish_staged, runtime_missing, select_entries,
                                         stage_file)
 
 BUNDLE_FORMAT = "kernelforge-bundle"
@@ -177,14 +177,7 @@ def _read_index(tar: tarfile.TarFile, members: dict[str, tarfile.TarInfo], src: 
     member = members.get(BUNDLE_INDEX)
     if member is None or not member.isreg():
         raise Rejected(f"bundle {src} has no {BUNDLE_INDEX}; it is not a kernelforge bundle")
-    try:
-        obj = json.loads(_read(tar, member))
-    except ValueError as exc:
-        raise Rejected(f"bundle {src}: {BUNDLE_INDEX} is not JSON ({exc})") from None
-    if (not isinstance(obj, dict) or obj.get("schema") != SCHEMA_VERSION or obj.get("format") != BUNDLE_FORMAT
-            or not isinstance(obj.get("entries"), dict)):
-        raise Rejected(f"bundle {src}: {BUNDLE_INDEX} is not a kernelforge v{SCHEMA_VERSION} bundle index")
-    return obj["entries"]
+    return read_entries_index(_read(tar, member), BUNDLE_FORMAT, f"bundle {src}", BUNDLE_INDEX)
 
 
 def _entry_files(tar: tarfile.TarFile, members: dict[str, tarfile.TarInfo], entry: Entry,

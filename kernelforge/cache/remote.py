@@ -29,8 +29,8 @@ from typing import Any, Iterable
 from kernelforge.cache.entry import Entry
 from kernelforge.cache.layout import SCHEMA_VERSION, check_key
 from kernelforge.cache.store import CacheStore
-from kernelforge.cache.transfer import (Rejected, TransferError, TransferReport, bytes_problem, load_local_files,
-                                        parse_entries, publish_staged, runtime_key_of, runtime_missing,
+from kernelforge.cache.transfer import (TransferError, TransferReport, bytes_problem, load_local_files,
+                                        parse_entries, read_entries_index, publish_staged, runtime_key_of, runtime_missing,
                                         select_entries, stage_file)
 from kernelforge.errors import CacheError
 
@@ -89,14 +89,7 @@ class Remote:
         data = self.read(self.path(INDEX_PATH), INDEX_PATH)
         if data is None:
             return None
-        try:
-            obj = json.loads(data)
-        except ValueError as exc:
-            raise Rejected(f"remote {self.url}: {INDEX_PATH} is not JSON ({exc})") from None
-        if (not isinstance(obj, dict) or obj.get("schema") != SCHEMA_VERSION or obj.get("format") != REMOTE_FORMAT
-                or not isinstance(obj.get("entries"), dict)):
-            raise Rejected(f"remote {self.url}: {INDEX_PATH} is not a kernelforge v{SCHEMA_VERSION} remote index")
-        return obj["entries"]
+        return read_entries_index(data, REMOTE_FORMAT, f"remote {self.url}", INDEX_PATH)
 
     def listed_entry_keys(self) -> list[str]:
         """Keys with an entries/<key>.json (empty where the backend cannot list, e.g. HTTP)."""

@@ -103,6 +103,24 @@ def runtime_key_of(entry: Entry) -> str | None:
     return rkey if isinstance(rkey, str) else None
 
 
+def read_entries_index(data: bytes, fmt: str, where: str, name: str) -> dict[str, Any]:
+    """The raw entries of a transfer index (a bundle's or a remote's: `{"schema", "format",
+    "entries"}`); Rejected naming `where`/`name` if it is not JSON or not a `fmt` index."""
+    import json
+
+    from kernelforge.cache.layout import SCHEMA_VERSION
+
+    try:
+        obj = json.loads(data)
+    except ValueError as exc:
+        raise Rejected(f"{where}: {name} is not JSON ({exc})") from None
+    if (not isinstance(obj, dict) or obj.get("schema") != SCHEMA_VERSION or obj.get("format") != fmt
+            or not isinstance(obj.get("entries"), dict)):
+        kind = fmt.removeprefix("kernelforge-")
+        raise Rejected(f"{where}: {name} is not a kernelforge v{SCHEMA_VERSION} {kind} index")
+    return obj["entries"]
+
+
 def parse_entries(raw: Mapping[str, Any], where: str, report: TransferReport) -> dict[str, Entry]:
     """Entries of a foreign index (remote or bundle); malformed ones are refused in `report`."""
     out: dict[str, Entry] = {}
