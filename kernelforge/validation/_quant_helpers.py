@@ -45,3 +45,21 @@ def assert_matches(data: torch.Tensor, scale: torch.Tensor, xq: torch.Tensor, fm
     mask = finite.repeat_interleave(f.block * f.element_bits // 8, dim=1)
     bad = ((got_d != rd) & mask).nonzero()
     assert bad.numel() == 0, f"{what}: {bad.shape[0]} data bytes differ, first at {bad[:4].tolist()}"
+
+
+def forbidding_checked_path(monkeypatch):
+    """A context-manager factory in which the ops' checked (validating) path raises: calls made
+    inside it prove that the out= fast path served them."""
+    from contextlib import contextmanager
+
+    from kernelforge.ops import _common
+
+    @contextmanager
+    def forbidden():
+        with monkeypatch.context() as mp:
+            def no_checks(*args, **kwargs):
+                raise AssertionError("the checked path ran")
+            mp.setattr(_common, "output_buffers", no_checks)
+            mp.setattr(_common, "output_pairs", no_checks)
+            yield
+    return forbidden

@@ -42,16 +42,6 @@ def poison():
 def forbid_checked_path(monkeypatch):
     """A context in which the ops' checked (validating) path raises: calls inside it prove that
     the out= fast path served them."""
-    from contextlib import contextmanager
+    from kernelforge.validation._quant_helpers import forbidding_checked_path
 
-    from kernelforge.ops import _common
-
-    @contextmanager
-    def forbidden():
-        with monkeypatch.context() as mp:
-            def no_checks(*args, **kwargs):
-                raise AssertionError("the checked path ran")
-            mp.setattr(_common, "output_buffers", no_checks)
-            mp.setattr(_common, "output_pairs", no_checks)
-            yield
-    return forbidden
+    return forbidding_checked_path(monkeypatch)

@@ -197,17 +197,9 @@ class Recorder:
 @pytest.fixture
 def forbid_checked_path(monkeypatch):
     """A context in which the ops' checked path raises: calls inside it were served by the fast path."""
-    from contextlib import contextmanager
+    from kernelforge.validation._quant_helpers import forbidding_checked_path
 
-    @contextmanager
-    def forbidden():
-        with monkeypatch.context() as mp:
-            def no_checks(*args, **kwargs):
-                raise AssertionError("the checked path ran")
-            mp.setattr(c, "output_buffers", no_checks)
-            mp.setattr(c, "output_pairs", no_checks)
-            yield
-    return forbidden
+    return forbidding_checked_path(monkeypatch)
 
 
 @pytest.fixture
