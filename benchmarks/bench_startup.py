@@ -85,7 +85,7 @@ for op in order[1:]:
     torch.cuda.synchronize()
     further[op] = 1e3 * (time.perf_counter() - t)
 print(json.dumps({"first": order[0], "first_ms": first_ms, "further_ms": further,
-                  "library_registered": "kernelforge.ops.library" in sys.modules,
+                  "ops_registered": "kernelforge.ops.quantize" in sys.modules,
                   "cli_imported": sorted(m for m in ("typer", "rich", "kernelforge.cli") if m in sys.modules),
                   "device": torch.cuda.get_device_name(), "torch": torch.__version__}))
 """
@@ -169,7 +169,7 @@ def run(runs: int, importtime: bool = False) -> dict:
     host_med = {k: statistics.median(h[k] for h in host) for k in host[0]}
     res = {"device": samples[0]["device"], "torch": samples[0]["torch"], "runs": runs,
            "median": {"first_ms": first_ms, "further_ms": further_ms, "host": host_med},
-           "library_registered_eagerly": any(s["library_registered"] for s in samples),
+           "ops_registered_eagerly": any(s["ops_registered"] for s in samples),
            "cli_imported": sorted({m for s in samples for m in s["cli_imported"]}),
            "samples": samples, "host_samples": host}
     if importtime:
@@ -197,7 +197,7 @@ def report(res: dict) -> str:
               f"({ok(h['out_us'], h['torch_add_out_us'] + OUT_OVER_ADD_US)}) |",
               f"| torch.add(out=) | {h['torch_add_out_us']:.2f} | |",
               "",
-              f"custom ops registered before the first trace: {res['library_registered_eagerly']}; "
+              f"custom ops registered before the first trace: {res["ops_registered_eagerly"]}; "
               f"CLI modules imported: {res['cli_imported'] or 'none'}"]
     if "importtime" in res:
         lines += ["", "-X importtime (one child, after torch; cumulative ms, self ms):"]
