@@ -197,7 +197,7 @@ def report(res: dict) -> str:
               f"({ok(h['out_us'], h['torch_add_out_us'] + OUT_OVER_ADD_US)}) |",
               f"| torch.add(out=) | {h['torch_add_out_us']:.2f} | |",
               "",
-              f"custom ops registered before the first trace: {res["ops_registered_eagerly"]}; "
+              f"custom ops registered before the first trace: {res['ops_registered_eagerly']}; "
               f"CLI modules imported: {res['cli_imported'] or 'none'}"]
     if "importtime" in res:
         lines += ["", "-X importtime (one child, after torch; cumulative ms, self ms):"]
