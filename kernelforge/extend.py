@@ -20,8 +20,19 @@ import torch
 
 from .families import OpFamily, find_family
 from .formats import DTYPE_BYTES, FORMATS
-from .ops._common import (DTYPES, check_device, check_global_scale, fake_pair, fast_lookup, format_plan,
-                          global_scale_arg, output_buffers, output_shapes, remember_fast, results)
+from .ops._common import (
+    DTYPES,
+    check_device,
+    check_global_scale,
+    fake_pair,
+    fast_lookup,
+    format_plan,
+    global_scale_arg,
+    output_buffers,
+    output_shapes,
+    remember_fast,
+    results,
+)
 from .ops._common import kernel_for as _kernel_for
 from .ops.torch_op import TorchOp, copy_into, torch_op
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import importlib
 
 from ..families import builtin_families
-from ._common import set_cache_root
+from ._common import set_cache_root  # noqa: F401  (in __all__ below)
 
 
 def _export() -> list[str]:

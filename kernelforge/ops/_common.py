@@ -13,7 +13,7 @@ from typing import Any, Callable, NamedTuple, Optional, Sequence
 import torch
 
 from ..cache.layers import resolve_layers
-from ..formats import DTYPE_BYTES, FORMATS, LAYOUTS, SWIZZLE_COLS, SWIZZLE_ROWS, Format
+from ..formats import FORMATS, LAYOUTS, SWIZZLE_COLS, SWIZZLE_ROWS, Format
 from ..runtime.dispatch import DispatchTable
 from ..runtime.tuning import m_bucket
 
