@@ -57,7 +57,7 @@ def remember_fast(key: tuple, fn: Callable, tensors: tuple, arg: Any, x: torch.T
     keeps weak references that must resolve to the very same objects. Pointer alignment and
     dtypes are checked again by the kernel's TVM-FFI wrapper on every call. The input x is
     keyed by layout only, so a later x may lie anywhere: the entry keeps the out buffers'
-    address ranges and x's byte extent for `fast_lookup`.
+    address ranges and x's byte extent for `fast_hit`.
     """
     if len(fast_calls) >= MAX_FAST_CALLS:
         fast_calls.clear()  # bounded: a loop over fresh buffers must not grow it forever
@@ -66,39 +66,54 @@ def remember_fast(key: tuple, fn: Callable, tensors: tuple, arg: Any, x: torch.T
     fast_calls[key] = FastCall(fn, refs, arg, end - start, tuple(byte_span(o) for o in outs))
 
 
-def fast_lookup(op: str, x: Any, out: Any, options: tuple, others: tuple) -> tuple[Optional[FastCall], Optional[tuple]]:
-    """The out= fast path of every op: `(hit, key)` for a call into caller buffers `out`.
-
-    `key` is what a fully checked call into the same buffers is remembered under (see
-    `remember_fast`, with the persistent tensors `(*out, *others)`): x's shape, strides, dtype
-    and device, the op's `options` and the ids of `out` and `others`. `hit` is the remembered
-    call when its persistent tensors are the very same objects and x overlaps none of its out
-    buffers, else None (also when anything about the arguments is odd: the checked path then
-    explains it). Raises only what `check_launch_device` raises.
-    """
-    try:
-        dev = x.get_device()
-        key = (op, x.shape, x.stride(), x.dtype, dev, *options, *map(id, out), *map(id, others))
-        hit = fast_calls.get(key)
-        if hit is None:
-            return None, key
-        refs = hit.refs
-        tensors = (*out, *others)
-        if len(refs) != len(tensors):
-            return None, key
-        for ref, t in zip(refs, tensors):
-            if ref() is not t:
-                return None, key
-        start = x.data_ptr()
-        end = start + hit.x_bytes
-        for lo, hi in hit.out_spans:
-            if start < hi and lo < end:
-                return None, key
-    except Exception:  # noqa: BLE001 - odd arguments: the checked path explains them
-        return None, None
-    if dev != current_device():  # another device: see "Devices" below
+def fast_hit(key: tuple, x: torch.Tensor, tensors: tuple) -> Optional[FastCall]:
+    """The out= fast path of every op: the call remembered under `key` (see `remember_fast`;
+    key[4] is x's device index), if its persistent `tensors` (the out buffers first) are the very
+    same objects and x overlaps none of its out buffers; else None. A few compares per call:
+    the ops build `key` inline (measured on the H100: a generic key builder cost ~1 us per call).
+    Raises only what `check_launch_device` raises (the caller's checked path explains the rest)."""
+    hit = fast_calls.get(key)
+    if hit is None:
+        return None
+    refs = hit.refs
+    if len(refs) != len(tensors):
+        return None
+    i = 0
+    for t in tensors:
+        if refs[i]() is not t:
+            return None
+        i += 1
+    start = x.data_ptr()
+    end = start + hit.x_bytes
+    for lo, hi in hit.out_spans:
+        if start < hi and lo < end:
+            return None
+    if key[4] != current_device():  # another device: see "Devices" below
         check_launch_device(x.device)
-    return hit, key
+    return hit
+
+
+def fast_key(op: str, x: Any, out: Any, options: tuple, others: tuple) -> Optional[tuple]:
+    """The key `fast_hit` and `remember_fast` take for a call into caller buffers `out` with
+    persistent tensors `(*out, *others)`: x's shape, strides, dtype and device, the op's
+    `options`, the ids of `out` and `others` (None for arguments that are no such call)."""
+    try:
+        return (op, x.shape, x.stride(), x.dtype, x.get_device(), *options, *map(id, out), *map(id, others))
+    except Exception:  # noqa: BLE001 - odd arguments: the checked path explains them
+        return None
+
+
+def fast_lookup(op: str, x: Any, out: Any, options: tuple, others: tuple) -> tuple[Optional[FastCall], Optional[tuple]]:
+    """`(fast_hit, fast_key)` of a call in one step: the convenient form for plugin ops."""
+    key = fast_key(op, x, out, options, others)
+    if key is None:
+        return None, None
+    try:
+        return fast_hit(key, x, (*out, *others)), key
+    except RuntimeError:
+        raise
+    except Exception:  # noqa: BLE001
+        return None, key
 
 
 def byte_span(t: torch.Tensor) -> tuple[int, int]:

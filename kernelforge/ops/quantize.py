@@ -48,13 +48,16 @@ def quantize(
         return copy_into(out, quantize_op.custom(x, format, layout, scale_mode, global_scale))
     key = None  # the fast-path memo's key, also what a checked call into out= is remembered under
     if out is not None:  # the same buffers again, with an input like the last one
-        hit, key = c.fast_lookup("quantize", x, out, (format, layout, scale_mode), (global_scale,))
-        if hit is not None:
-            try:
-                hit.fn(x, out[0], out[1], hit.arg)
-                return out[0], out[1]
-            except Exception:  # noqa: BLE001 - e.g. the kernel's own argument checks (a misaligned
-                pass  # x): the checked path explains it
+        try:
+            d, s = out
+            key = ("quantize", x.shape, x.stride(), x.dtype, x.get_device(), format, layout, scale_mode,
+                   id(d), id(s), id(global_scale))
+            hit = c.fast_hit(key, x, (d, s, global_scale))
+            if hit is not None:
+                hit.fn(x, d, s, hit.arg)
+                return d, s
+        except Exception:  # noqa: BLE001 - anything odd (including the kernel's own argument
+            pass  # checks, e.g. a misaligned x) takes the checked path, which explains it
     fmt, mode, data_dtype, scale_dtype = c.format_plan(format, layout, scale_mode)
     if not isinstance(x, torch.Tensor):
         raise TypeError(f"x: expected a torch.Tensor, got {type(x).__name__}")
@@ -103,9 +106,9 @@ def _columnwise(x, format, layout, scale_mode, global_scale, out, rowwise, colum
     if torch.compiler.is_compiling():
         res = quantize_columnwise_op.custom(x, format, layout, scale_mode, global_scale, rowwise)
         return copy_into(out, res if rowwise else res[2:])
-    key = None
-    if out is not None:
-        hit, key = c.fast_lookup("quantize_columnwise", x, out, (format, layout, scale_mode, rowwise), (global_scale,))
+    key = c.fast_key("quantize_columnwise", x, out, (format, layout, scale_mode, rowwise), (global_scale,))
+    if key is not None:
+        hit = c.fast_hit(key, x, (*out, global_scale))
         if hit is not None and cw.repeat(hit, x, out):
             return tuple(out)
     fmt, mode, data_dtype, scale_dtype = cw.format_and_input(x, format, layout, scale_mode)

@@ -36,7 +36,7 @@ def format_and_input(x: object, format: object, layout: object, scale_mode: obje
 
 
 def repeat(hit: c.FastCall, x: torch.Tensor, out: tuple) -> bool:
-    """Repeat a remembered, fully validated call (`c.fast_lookup`'s hit) into the same buffers;
+    """Repeat a remembered, fully validated call (`c.fast_hit`'s hit) into the same buffers;
     False when the kernel refuses it (e.g. a misaligned x: the checked path then explains it)."""
     g_row, g_col, rowwise, sign_mask = hit.arg
     try:

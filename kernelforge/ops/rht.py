@@ -39,10 +39,10 @@ def quantize_nvfp4_rht(
             return quantize(x, "nvfp4", layout=layout, global_scale=global_scale_row, out=out)
         res = quantize_nvfp4_rht_op.custom(x, global_scale_row, global_scale_col, sign_mask, rowwise, layout)
         return copy_into(out, res if rowwise else res[2:])
-    key = None
-    if out is not None and columnwise:
-        hit, key = c.fast_lookup("quantize_nvfp4_rht", x, out, (layout, rowwise, sign_mask),
-                                 (global_scale_row, global_scale_col))
+    key = c.fast_key("quantize_nvfp4_rht", x, out, (layout, rowwise, sign_mask),
+                     (global_scale_row, global_scale_col)) if columnwise and out is not None else None
+    if key is not None:
+        hit = c.fast_hit(key, x, (*out, global_scale_row, global_scale_col))
         if hit is not None and cw.repeat(hit, x, out):
             return tuple(out)
     fmt, mode, data_dtype, scale_dtype = c.format_plan("nvfp4", layout, "none")

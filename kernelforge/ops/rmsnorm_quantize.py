@@ -34,13 +34,16 @@ def rmsnorm_quantize(
         return copy_into(out, rmsnorm_quantize_op.custom(x, weight, format, eps, layout, scale_mode, global_scale))
     key = None  # the fast-path memo's key, also what a checked call into out= is remembered under
     if out is not None:  # same weight and buffers again, with an input like the last one
-        hit, key = c.fast_lookup("rmsnorm_quantize", x, out, (format, eps, layout, scale_mode), (weight, global_scale))
-        if hit is not None:
-            try:
-                hit.fn(x, None, weight, out[0], out[1], hit.arg, eps)
-                return out[0], out[1]
-            except Exception:  # noqa: BLE001 - anything odd takes the checked path, which explains it
-                pass
+        try:
+            d, s = out
+            key = ("rmsnorm_quantize", x.shape, x.stride(), x.dtype, x.get_device(), format, eps, layout,
+                   scale_mode, id(d), id(s), id(weight), id(global_scale))
+            hit = c.fast_hit(key, x, (d, s, weight, global_scale))
+            if hit is not None:
+                hit.fn(x, None, weight, d, s, hit.arg, eps)
+                return d, s
+        except Exception:  # noqa: BLE001 - anything odd takes the checked path, which explains it
+            pass
     return _run(x, None, weight, format, eps, layout, scale_mode, global_scale, out, key)
 
 
