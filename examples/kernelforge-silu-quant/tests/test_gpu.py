@@ -73,8 +73,10 @@ def check(x: torch.Tensor, fmt: str, mode: str, layout: str, g: torch.Tensor | N
         h_diff = int((silu_mul_ref(x) != silu_mul_explicit_ref(x)).sum())
         idx = (data != want_d).nonzero()[:3].tolist()
         pytest.fail(f"{what}: {d_bad} data bytes and {s_bad} scale bytes differ from the reference "
-                    f"(first data mismatches at {idx}; poison 0x{POISON:X} left: "
-                    f"{int((data == POISON).sum())}); the kernel equals the explicit g/(1+exp(-g))*u "
+                    f"(first data mismatches at {idx}; unwritten 0x{POISON:X} bytes: "
+                    f"{int(((data == POISON) & (want_d != POISON)).sum())} data, "
+                    f"{int(((scale == POISON) & (want_s != POISON)).sum())} scale); "
+                    f"the kernel equals the explicit g/(1+exp(-g))*u "
                     f"reference: {explicit}; F.silu and the explicit h differ in {h_diff} elements")
 
 
