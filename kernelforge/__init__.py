@@ -2,33 +2,41 @@
 
 `import kernelforge` is cheap and has no side effects: the ops (and torch) load on first
 attribute access, the cache index on the first kernel call. CuTe-DSL is never imported.
+The public ops are those the built-in op families list in their `api`
+(`kernelforge.families.builtin`), plus `set_cache_root`.
 """
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 __version__ = "0.1.0"
 
-# Public names, all from kernelforge.ops (whose import also installs torch.ops.kernelforge).
-_LAZY = {
-    name: "kernelforge.ops"
-    for name in ("quantize", "rmsnorm_quantize", "add_rmsnorm_quantize", "nvfp4_global_scale", "set_cache_root",
-                 "quantize_nvfp4_rht", "rht_global_scale", "quantize_experts", "quantize_grouped")
-}
 
-__all__ = ["__version__", *_LAZY]
+@functools.lru_cache(maxsize=1)
+def _public() -> dict[str, str]:
+    """Public name -> defining module, from the built-in op families."""
+    from kernelforge.families import builtin_families
+
+    names = {"set_cache_root": "kernelforge.ops._common"}
+    for fam in builtin_families().values():
+        names.update(fam.public_names())
+    return names
 
 
 def __getattr__(name: str) -> Any:
-    module = _LAZY.get(name)
+    if name == "__all__":
+        return ["__version__", *_public()]
+    module = _public().get(name) if not name.startswith("__") else None
     if module is None:
         raise AttributeError(f"module 'kernelforge' has no attribute {name!r}")
     import importlib
 
+    importlib.import_module("kernelforge.ops")  # registers every built-in torch.library op first
     value = getattr(importlib.import_module(module), name)
     globals()[name] = value
     return value
 
 
 def __dir__() -> list[str]:
-    return sorted(__all__)
+    return sorted(["__version__", *_public()])

@@ -73,7 +73,7 @@ def read_limit(store: CacheStore) -> int | None:
 
 
 def write_limit(store: CacheStore, max_size: int | None) -> None:
-    from kernelforge.cache.index import atomic_write_text
+    from kernelforge.cache.fsio import atomic_write_text
 
     atomic_write_text(store.layout.schema_root / CONFIG_NAME, json.dumps({"max_size": max_size}) + "\n")
 

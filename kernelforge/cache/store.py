@@ -19,11 +19,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator, Mapping, Protocol
 
 from kernelforge.cache.entry import Entry
+from kernelforge.cache.fsio import current_umask, fsync_dir
+from kernelforge.cache.index import read_index_checked, write_index
 from kernelforge.cache.integrity import file_problems, sha256_file  # noqa: F401  (sha256_file: re-exported)
-from kernelforge.cache.index import (DispatchViews, current_umask, fsync_dir, read_index_checked,
-                                     write_index)
 from kernelforge.cache.layout import META_NAME, Layout, check_key, check_kind
 from kernelforge.cache.trust import TrustedRoot
+from kernelforge.cache.views import DispatchViews
 from kernelforge.errors import CacheError
 
 if TYPE_CHECKING:
@@ -192,7 +193,9 @@ class CacheStore:
 
     def lock(self, key: str) -> FileLock:
         """The cross-process lock of one key (reentrant within a thread: one instance per path)."""
-        from filelock import FileLock  # only writers pay for it; the runtime's read path never locks
+        from filelock import (
+            FileLock,  # only writers pay for it; the runtime's read path never locks
+        )
 
         path = self.layout.key_lock(key)
         path.parent.mkdir(parents=True, exist_ok=True)

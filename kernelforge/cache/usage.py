@@ -182,7 +182,7 @@ def fold(root: str | os.PathLike[str], *, forget: set[str] | frozenset[str] = fr
     (entries removed); returns the folded usage. Writes; call on a writable cache only."""
     from filelock import FileLock
 
-    from kernelforge.cache.index import atomic_write_text
+    from kernelforge.cache.fsio import atomic_write_text
 
     directory = usage_dir(root)
     if not directory.is_dir():

@@ -222,7 +222,7 @@ def _build(o: BuildOptions, tally: _Tally) -> None:
         out.print(summary, markup=False)
     else:
         say(summary)
-    from .tune import import_table
+    from ..tuner.tables import import_table
 
     tables = []
     for table in sorted({tuning_dir_for(p) for p in paths}):

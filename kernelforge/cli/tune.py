@@ -10,6 +10,7 @@ import typer
 from ..cache import CacheStore
 from ..config import resolve_cache_root
 from ..errors import KernelforgeError
+from ..tuner.tables import import_table
 
 
 def tune(
@@ -38,8 +39,8 @@ def tune(
     if not torch.cuda.is_available():
         typer.echo("error: kernelforge tune needs a CUDA GPU (it times the cached kernels)", err=True)
         raise typer.Exit(2)
-    from ..runtime.tuner import tune as run
-    from ..runtime.tuning import publish_table
+    from ..tuner.measure import tune as run
+    from ..tuner.tables import publish_table
 
     data = run(root, device_name, only, log=typer.echo)
     if not data["choices"]:
@@ -52,33 +53,3 @@ def tune(
         export.parent.mkdir(parents=True, exist_ok=True)
         export.write_text(json.dumps(data, indent=1, sort_keys=True) + "\n", encoding="utf-8")
         typer.echo(f"wrote {export}")
-
-
-def import_table(store: CacheStore, path: Path, *, verify: bool = False) -> str:
-    """Publish a tuning-table file into the cache (validated first) unless an intact copy is
-    already there (nothing is written then); return a line saying which.
-
-    Raises ValueError for a file that is not a tuning table, CacheNotWritable if it must be
-    written and cannot."""
-    from ..build.freshness import entry_damage
-    from ..errors import CacheNotWritable
-    from ..runtime.tuning import TuningTable, publish_table, table_key
-
-    try:
-        data = json.loads(Path(path).read_text(encoding="utf-8"))
-        TuningTable(data)
-    except (OSError, ValueError, KeyError, TypeError) as exc:
-        raise ValueError(f"{path}: not a kernelforge tuning table ({exc})") from None
-    name = f"tuning.{data['device']}.{data['arch']}"
-    key = table_key(data)
-    entry = store.get(key)
-    damage = entry_damage(store, entry, deep=verify) if entry is not None else None
-    if entry is not None and damage is None:
-        return f"{name} (up to date)"
-    problem = store.writable_problem()
-    if problem:
-        raise CacheNotWritable(f"{problem}: tuning table {Path(path).name} is not in it")
-    if damage is not None:
-        store.quarantine_entry(key, damage)
-    publish_table(store, data)
-    return f"{name} (imported{'; replaced a damaged copy' if damage else ''})"

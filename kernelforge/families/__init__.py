@@ -55,6 +55,9 @@ class OpFamily:
     * `timing_calls(coords, fn, m, k, l2_bytes)`: the calls `kernelforge tune` times (may import
       torch); None: the family is not tuned.
     * `spec_files`: spec files that `kernelforge build` and `specs show` read by default.
+    * `api`: "module:name" of the family's public torch-facing functions (each an eager function
+      with its `torch.library` custom op, see `kernelforge.ops.torch_op`), imported on first use;
+      the built-ins' are the names `kernelforge` exports.
     * `distribution`, `version`: the installed package that defines the family ("" for the
       built-ins; filled from the entry point's distribution for plugins).
     """
@@ -66,6 +69,7 @@ class OpFamily:
     heuristic: Heuristic | None = None
     timing_calls: TimingCalls | None = None
     spec_files: tuple[Path, ...] = ()
+    api: tuple[str, ...] = ()
     source_root: Path = PACKAGE_DIR
     distribution: str = ""
     version: str = ""
@@ -97,6 +101,14 @@ class OpFamily:
             raise ValueError(
                 f"op family {self.name!r}: builder {self.builder} returned {len(fake_args)} fake arguments, "
                 f"but the family declares {want} ({', '.join(self.args)}{', stream' if self.stream_arg else ''})")
+
+    def public_names(self) -> dict[str, str]:
+        """The family's public functions: name -> defining module (from `api`)."""
+        out = {}
+        for ref in self.api:
+            module, _, attr = ref.partition(":")
+            out[attr] = module
+        return out
 
     def rank(self, max_k: int, values: Mapping[str, Any]) -> tuple:
         """The heuristic's sort key of one candidate (() without a heuristic)."""

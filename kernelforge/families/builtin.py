@@ -138,6 +138,7 @@ QUANTIZE = OpFamily(
     args=("x", "data", "scale", "global_scale"),
     heuristic=quantize_heuristic,
     timing_calls=quantize_timing,
+    api=("kernelforge.ops.quantize:quantize", "kernelforge.ops.calibration:nvfp4_global_scale"),
 )
 
 # RMSNorm (optionally after a residual add) fused with rowwise quantization. The K-class is a
@@ -156,6 +157,8 @@ RMSNORM_QUANTIZE = OpFamily(
     args=("x", "residual", "weight", "data", "scale", "global_scale", "eps"),
     heuristic=rmsnorm_quantize_heuristic,
     timing_calls=rmsnorm_quantize_timing,
+    api=("kernelforge.ops.rmsnorm_quantize:rmsnorm_quantize",
+         "kernelforge.ops.rmsnorm_quantize:add_rmsnorm_quantize"),
 )
 
 # Rowwise quantization of every group of a grouped (mixture-of-experts) input in one launch.
@@ -171,6 +174,7 @@ QUANTIZE_GROUPED = OpFamily(
     args=("x", "group_offsets", "data", "scale", "scale_offsets", "global_scale"),
     heuristic=quantize_grouped_heuristic,
     timing_calls=quantize_grouped_timing,
+    api=("kernelforge.ops.quantize_grouped:quantize_experts", "kernelforge.ops.quantize_grouped:quantize_grouped"),
 )
 
 # Columnwise (x.T) quantization, alone or with the rowwise output from one read of x ("dual");
@@ -185,6 +189,7 @@ QUANTIZE_COLUMNWISE = OpFamily(
     sources=("kernels/scale_tile.py", "kernels/quantize_tiled.py"),
     builder=f"{_BUILDERS}:quantize_columnwise_args",
     args=("x", "data", "scale", "data_t", "scale_t", "global_scale_row", "global_scale_col", "sign_mask"),
+    api=("kernelforge.ops.rht:quantize_nvfp4_rht", "kernelforge.ops.rht:rht_global_scale"),
 )
 
 BUILTIN: tuple[OpFamily, ...] = (QUANTIZE, RMSNORM_QUANTIZE, QUANTIZE_GROUPED, QUANTIZE_COLUMNWISE)

@@ -1,10 +1,20 @@
-"""The public torch-facing ops; importing this registers them as `torch.ops.kernelforge.*`."""
-from ._common import set_cache_root
-from .quantize import nvfp4_global_scale, quantize
-from .quantize_grouped import quantize_experts, quantize_grouped
-from .quantize_columnwise import quantize_nvfp4_rht, rht_global_scale
-from .rmsnorm_quantize import add_rmsnorm_quantize, rmsnorm_quantize
-from . import library  # noqa: E402,F401  (registers the torch.library custom ops)
+"""The public torch-facing ops of the built-in op families; importing this registers them as
+`torch.ops.kernelforge.*` (each op module registers its own, next to its eager function)."""
+from __future__ import annotations
 
-__all__ = ["add_rmsnorm_quantize", "nvfp4_global_scale", "quantize", "rmsnorm_quantize", "set_cache_root",
-           "quantize_nvfp4_rht", "rht_global_scale", "quantize_experts", "quantize_grouped"]
+import importlib
+
+from ..families import builtin_families
+from ._common import set_cache_root  # noqa: F401  (in __all__ below)
+
+
+def _export() -> list[str]:
+    names = ["set_cache_root"]
+    for fam in builtin_families().values():
+        for name, module in fam.public_names().items():
+            globals()[name] = getattr(importlib.import_module(module), name)
+            names.append(name)
+    return names
+
+
+__all__ = _export()

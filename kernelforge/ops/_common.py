@@ -13,7 +13,7 @@ from typing import Any, Callable, NamedTuple, Optional, Sequence
 import torch
 
 from ..cache.layers import resolve_layers
-from ..formats import DTYPE_BYTES, FORMATS, LAYOUTS, SWIZZLE_COLS, SWIZZLE_ROWS, Format
+from ..formats import FORMATS, LAYOUTS, SWIZZLE_COLS, SWIZZLE_ROWS, Format
 from ..runtime.dispatch import DispatchTable
 from ..runtime.tuning import m_bucket
 
@@ -57,7 +57,7 @@ def remember_fast(key: tuple, fn: Callable, tensors: tuple, arg: Any, x: torch.T
     keeps weak references that must resolve to the very same objects. Pointer alignment and
     dtypes are checked again by the kernel's TVM-FFI wrapper on every call. The input x is
     keyed by layout only, so a later x may lie anywhere: the entry keeps the out buffers'
-    address ranges and x's byte extent for `x_clear_of_outs`.
+    address ranges and x's byte extent for `fast_lookup`.
     """
     if len(fast_calls) >= MAX_FAST_CALLS:
         fast_calls.clear()  # bounded: a loop over fresh buffers must not grow it forever
@@ -66,15 +66,39 @@ def remember_fast(key: tuple, fn: Callable, tensors: tuple, arg: Any, x: torch.T
     fast_calls[key] = FastCall(fn, refs, arg, end - start, tuple(byte_span(o) for o in outs))
 
 
-def x_clear_of_outs(x: torch.Tensor, hit: FastCall) -> bool:
-    """Whether the non-empty input x (of the remembered shape and strides) overlaps none of the
-    remembered out buffers: one pointer read and a few integer compares per call."""
-    start = x.data_ptr()
-    end = start + hit.x_bytes
-    for lo, hi in hit.out_spans:
-        if start < hi and lo < end:
-            return False
-    return True
+def fast_lookup(op: str, x: Any, out: Any, options: tuple, others: tuple) -> tuple[Optional[FastCall], Optional[tuple]]:
+    """The out= fast path of every op: `(hit, key)` for a call into caller buffers `out`.
+
+    `key` is what a fully checked call into the same buffers is remembered under (see
+    `remember_fast`, with the persistent tensors `(*out, *others)`): x's shape, strides, dtype
+    and device, the op's `options` and the ids of `out` and `others`. `hit` is the remembered
+    call when its persistent tensors are the very same objects and x overlaps none of its out
+    buffers, else None (also when anything about the arguments is odd: the checked path then
+    explains it). Raises only what `check_launch_device` raises.
+    """
+    try:
+        dev = x.get_device()
+        key = (op, x.shape, x.stride(), x.dtype, dev, *options, *map(id, out), *map(id, others))
+        hit = fast_calls.get(key)
+        if hit is None:
+            return None, key
+        refs = hit.refs
+        tensors = (*out, *others)
+        if len(refs) != len(tensors):
+            return None, key
+        for ref, t in zip(refs, tensors):
+            if ref() is not t:
+                return None, key
+        start = x.data_ptr()
+        end = start + hit.x_bytes
+        for lo, hi in hit.out_spans:
+            if start < hi and lo < end:
+                return None, key
+    except Exception:  # noqa: BLE001 - odd arguments: the checked path explains them
+        return None, None
+    if dev != current_device():  # another device: see "Devices" below
+        check_launch_device(x.device)
+    return hit, key
 
 
 def byte_span(t: torch.Tensor) -> tuple[int, int]:
@@ -394,3 +418,41 @@ def results(out: Any, data: torch.Tensor, scale: torch.Tensor) -> tuple[torch.Te
     if out is None:
         return data, scale
     return out[0], out[1]
+
+
+# --- Fake implementations (torch.compile) -----------------------------------------------------
+
+def fake_pair(x: torch.Tensor, format: str, layout: str, scale_mode: str) -> tuple[torch.Tensor, torch.Tensor]:
+    """Empty (data, scale) of the shapes and dtypes quantize(x) returns (for fake implementations)."""
+    fmt, _, data_dtype, scale_dtype = format_plan(format, layout, scale_mode)
+    m = 1
+    for d in x.shape[:-1]:
+        m = m * d
+    d_shape, s_shape = output_shapes(fmt, tuple(x.shape), m, layout)
+    return x.new_empty(d_shape, dtype=data_dtype), x.new_empty(s_shape, dtype=scale_dtype)
+
+
+def _empty_pair(x: torch.Tensor, format: str, layout: str, scale_mode: str) -> tuple[torch.Tensor, torch.Tensor]:
+    """The empty rowwise pair that the four-output schemas return without the rowwise output."""
+    _, _, data_dtype, scale_dtype = format_plan(format, layout, scale_mode)
+    return x.new_empty((0,), dtype=data_dtype), x.new_empty((0,), dtype=scale_dtype)
+
+
+def fake_four(x: torch.Tensor, format: str, layout: str, scale_mode: str, rowwise: bool) -> tuple[torch.Tensor, ...]:
+    """Empty outputs of a four-output (rowwise pair, columnwise pair) op, for fake implementations."""
+    fmt, _, data_dtype, scale_dtype = format_plan(format, layout, scale_mode)
+    k = x.shape[-1]
+    m = 1
+    for d in x.shape[:-1]:
+        m = m * d
+    pair = fake_pair if rowwise else _empty_pair
+    d_shape, s_shape = output_shapes(fmt, (k, m), k, layout)
+    return (*pair(x, format, layout, scale_mode), x.new_empty(d_shape, dtype=data_dtype),
+            x.new_empty(s_shape, dtype=scale_dtype))
+
+
+def four(x: torch.Tensor, outs: tuple, format: str, layout: str, scale_mode: str) -> tuple[torch.Tensor, ...]:
+    """Pad a (data_t, scale_t) result with the empty rowwise pair of the four-output schema."""
+    if len(outs) == 4:
+        return tuple(outs)
+    return (*_empty_pair(x, format, layout, scale_mode), *outs)

@@ -8,7 +8,7 @@ import torch
 from ..formats import DTYPE_BYTES
 from . import _common as c
 from . import quantize_columnwise as cw
-from .reference import global_scale_of_amax
+from .torch_op import TorchOp, copy_into
 
 
 def quantize(
@@ -45,27 +45,16 @@ def quantize(
     if columnwise or rowwise is not True:
         return _columnwise(x, format, layout, scale_mode, global_scale, out, rowwise, columnwise)
     if torch.compiler.is_compiling():
-        from .library import traced_quantize
-
-        return traced_quantize(x, format, layout, scale_mode, global_scale, out)
+        return copy_into(out, quantize_op.custom(x, format, layout, scale_mode, global_scale))
     key = None  # the fast-path memo's key, also what a checked call into out= is remembered under
-    if out is not None:  # fast path: the same buffers again, with an input like the last one
-        try:
-            d, s = out
-            dev = x.get_device()
-            key = ("quantize", x.shape, x.stride(), x.dtype, dev, format, layout, scale_mode,
-                   id(d), id(s), id(global_scale))
-            hit = c.fast_calls.get(key)
-            if hit is not None:
-                refs = hit.refs
-                if (refs[0]() is d and refs[1]() is s and refs[2]() is global_scale
-                        and c.x_clear_of_outs(x, hit)):
-                    if dev != c.current_device():  # another device: see _common's "Devices"
-                        c.check_launch_device(x.device)
-                    hit.fn(x, d, s, hit.arg)
-                    return d, s
-        except Exception:  # noqa: BLE001 - anything odd (including the kernel's own argument
-            pass  # checks, e.g. a misaligned x) takes the checked path, which explains it
+    if out is not None:  # the same buffers again, with an input like the last one
+        hit, key = c.fast_lookup("quantize", x, out, (format, layout, scale_mode), (global_scale,))
+        if hit is not None:
+            try:
+                hit.fn(x, out[0], out[1], hit.arg)
+                return out[0], out[1]
+            except Exception:  # noqa: BLE001 - e.g. the kernel's own argument checks (a misaligned
+                pass  # x): the checked path explains it
     fmt, mode, data_dtype, scale_dtype = c.format_plan(format, layout, scale_mode)
     if not isinstance(x, torch.Tensor):
         raise TypeError(f"x: expected a torch.Tensor, got {type(x).__name__}")
@@ -112,27 +101,35 @@ def _columnwise(x, format, layout, scale_mode, global_scale, out, rowwise, colum
     if not columnwise:
         raise ValueError("rowwise, columnwise: at least one output must be requested")
     if torch.compiler.is_compiling():
-        from .library import traced_quantize_columnwise
-
-        return traced_quantize_columnwise(x, format, layout, scale_mode, global_scale, out, rowwise)
-    key = cw.fast_key("quantize_columnwise", x, out, (format, layout, scale_mode, rowwise), (global_scale,))
-    done = cw.try_fast(key, x, out, (global_scale,))
-    if done is not None:
-        return done
+        res = quantize_columnwise_op.custom(x, format, layout, scale_mode, global_scale, rowwise)
+        return copy_into(out, res if rowwise else res[2:])
+    key = None
+    if out is not None:
+        hit, key = c.fast_lookup("quantize_columnwise", x, out, (format, layout, scale_mode, rowwise), (global_scale,))
+        if hit is not None and cw.repeat(hit, x, out):
+            return tuple(out)
     fmt, mode, data_dtype, scale_dtype = cw.format_and_input(x, format, layout, scale_mode)
     return cw.run(x, fmt, mode, layout, data_dtype, scale_dtype, rowwise, global_scale, None, out, key=key)
 
 
-def nvfp4_global_scale(x: torch.Tensor) -> torch.Tensor:
-    """NVFP4 calibration: `448 * 6 / amax(|x|)` as a float32 tensor of shape [1] on x's device.
+def _quantize_custom(x: torch.Tensor, format: str, layout: str = "linear", scale_mode: str = "floor",
+                     global_scale: Optional[torch.Tensor] = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """Rowwise block-scaled quantization (see `kernelforge.quantize`)."""
+    return quantize(x, format, layout=layout, scale_mode=scale_mode, global_scale=global_scale)
 
-    Always finite and positive: amax == 0 (or empty x), and an x holding Inf or NaN, give 1.0;
-    a tiny amax whose quotient overflows gives FLT_MAX (`reference.global_scale_of_amax`).
-    Computed on the device without a host sync (CUDA-graph safe).
-    """
-    if not isinstance(x, torch.Tensor):
-        raise TypeError(f"x: expected a torch.Tensor, got {type(x).__name__}")
-    if x.dtype not in c.DTYPES:
-        raise ValueError(f"x: expected dtype bfloat16, float16 or float32, got {x.dtype}")
-    amax = x.detach().abs().amax().float().reshape(1) if x.numel() else torch.zeros(1, device=x.device)
-    return global_scale_of_amax(amax)
+
+def _quantize_columnwise_custom(x: torch.Tensor, format: str, layout: str = "linear", scale_mode: str = "floor",
+                                global_scale: Optional[torch.Tensor] = None,
+                                rowwise: bool = True) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Columnwise (with `rowwise`: dual) quantization; the rowwise pair is empty without it."""
+    outs = quantize(x, format, layout=layout, scale_mode=scale_mode, global_scale=global_scale,
+                    rowwise=rowwise, columnwise=True)
+    return c.four(x, outs, format, layout, scale_mode)
+
+
+quantize_op = TorchOp("kernelforge::quantize", _quantize_custom,
+                      fake=lambda x, format, layout="linear", scale_mode="floor", global_scale=None:
+                      c.fake_pair(x, format, layout, scale_mode))
+quantize_columnwise_op = TorchOp("kernelforge::quantize_columnwise", _quantize_columnwise_custom,
+                                 fake=lambda x, format, layout="linear", scale_mode="floor", global_scale=None,
+                                 rowwise=True: c.fake_four(x, format, layout, scale_mode, rowwise))

@@ -35,37 +35,18 @@ def format_and_input(x: object, format: object, layout: object, scale_mode: obje
     return plan
 
 
-def fast_key(op: str, x: Any, out: Any, options: tuple, scales: tuple) -> Optional[tuple]:
-    """The out= fast-path memo key of a call (see `_common.remember_fast`), or None without out=."""
-    if out is None:
-        return None
+def repeat(hit: c.FastCall, x: torch.Tensor, out: tuple) -> bool:
+    """Repeat a remembered, fully validated call (`c.fast_lookup`'s hit) into the same buffers;
+    False when the kernel refuses it (e.g. a misaligned x: the checked path then explains it)."""
+    g_row, g_col, rowwise, sign_mask = hit.arg
     try:
-        return (op, x.shape, x.stride(), x.dtype, x.get_device(), *options, *map(id, out), *map(id, scales))
-    except Exception:  # noqa: BLE001 - odd arguments: the checked path explains them
-        return None
-
-
-def try_fast(key: Optional[tuple], x: Any, out: Any, scales: tuple) -> Optional[tuple]:
-    """Repeat a remembered, fully validated call into the same buffers; None when there is none."""
-    hit = c.fast_calls.get(key) if key is not None else None
-    if hit is None:
-        return None
-    fn, refs, (g_row, g_col, rowwise, sign_mask) = hit.fn, hit.refs, hit.arg
-    tensors = (*out, *scales)
-    if len(refs) != len(tensors) or any(r() is not t for r, t in zip(refs, tensors)):
-        return None
-    try:
-        if not c.x_clear_of_outs(x, hit):
-            return None
-        if key[4] != c.current_device():  # x on another device (key[4]): see _common's "Devices"
-            c.check_launch_device(x.device)
         if rowwise:
-            fn(x, out[0], out[1], out[2], out[3], g_row, g_col, sign_mask)
+            hit.fn(x, out[0], out[1], out[2], out[3], g_row, g_col, sign_mask)
         else:
-            fn(x, None, None, out[0], out[1], g_row, g_col, sign_mask)
-    except Exception:  # noqa: BLE001 - e.g. the kernel's own checks (a misaligned x): checked path
-        return None
-    return tuple(out)
+            hit.fn(x, None, None, out[0], out[1], g_row, g_col, sign_mask)
+    except Exception:  # noqa: BLE001
+        return False
+    return True
 
 
 def run(x: torch.Tensor, fmt: Format, mode: str, layout: str, data_dtype: torch.dtype, scale_dtype: torch.dtype,
@@ -130,53 +111,6 @@ def run(x: torch.Tensor, fmt: Format, mode: str, layout: str, data_dtype: torch.
     return tuple(outs) if out is None else tuple(out)
 
 
-def quantize_nvfp4_rht(
-    x: torch.Tensor,
-    *,
-    global_scale_row: Optional[torch.Tensor] = None,
-    global_scale_col: Optional[torch.Tensor] = None,
-    sign_mask: int = RHT_SIGN_MASK,
-    rowwise: bool = True,
-    columnwise: bool = True,
-    layout: str = "swizzled",
-    out: Optional[tuple[torch.Tensor, ...]] = None,
-) -> tuple[torch.Tensor, ...]:
-    """NVFP4 of x [M, N] (bfloat16) rowwise, and of its random-Hadamard-transformed transpose
-    columnwise (NUMERICS.md), from one read of x.
-
-    Returns (data, scale, data_t, scale_t) with both outputs, otherwise the one pair asked for:
-    data [M, N/2] and data_t [N, M/2] float4_e2m1fn_x2, scales float8_e4m3fn in `layout`.
-    `global_scale_row` / `global_scale_col` are fp32 [1] CUDA tensors (None means 1.0; see
-    `rht_global_scale` for the columnwise calibration). `sign_mask` is the 16-bit mask of
-    negated rows of each 16-row group. M and N must be multiples of 16. Shapes with M % 64
-    or N % 64 non-zero (or unaligned rows) run the prebuilt fallback variant, with the same bytes.
-    """
-    if torch.compiler.is_compiling():
-        from .library import traced_quantize_nvfp4_rht
-
-        return traced_quantize_nvfp4_rht(x, global_scale_row, global_scale_col, sign_mask, rowwise,
-                                         columnwise, layout, out)
-    scales = (global_scale_row, global_scale_col)
-    key = fast_key("quantize_nvfp4_rht", x, out, (layout, rowwise, columnwise, sign_mask), scales) if columnwise else None
-    done = try_fast(key, x, out, scales)
-    if done is not None:
-        return done
-    fmt, mode, data_dtype, scale_dtype = c.format_plan("nvfp4", layout, "none")
-    check_rht_input(x, sign_mask)
-    if not (rowwise or columnwise):
-        raise ValueError("rowwise, columnwise: at least one output must be requested")
-    if not columnwise:
-        from .quantize import quantize
-
-        if global_scale_col is not None:
-            raise ValueError("global_scale_col: only used with columnwise=True")
-        return quantize(x, "nvfp4", layout=layout, global_scale=global_scale_row, out=out)
-    if not rowwise and global_scale_row is not None:
-        raise ValueError("global_scale_row: only used with rowwise=True")
-    return run(x, fmt, mode, layout, data_dtype, scale_dtype, rowwise, global_scale_row, global_scale_col, out,
-               transform="rht", sign_mask=sign_mask, key=key)
-
-
 def check_rht_input(x: object, sign_mask: object) -> None:
     """The Hadamard transform's input checks: x a bfloat16 [M, N] tensor with M and N multiples
     of 16, sign_mask a 16-bit integer."""
@@ -204,13 +138,3 @@ def hadamard_columns(x: torch.Tensor, sign_mask: int = RHT_SIGN_MASK) -> torch.T
         v = torch.stack((a + b, a - b), dim=-2)
         h *= 2
     return (v.reshape(n, m) * 0.25).to(torch.bfloat16)
-
-
-def rht_global_scale(x: torch.Tensor, sign_mask: int = RHT_SIGN_MASK) -> torch.Tensor:
-    """Calibration of the columnwise RHT output: `448 * 6 / amax(|rht(x)|)` as an fp32 [1]
-    tensor on x's device, computed on the device without a sync; finite and positive as for
-    `nvfp4_global_scale` (amax 0, or an x holding Inf or NaN, gives 1.0)."""
-    check_rht_input(x, sign_mask)
-    from .quantize import nvfp4_global_scale
-
-    return nvfp4_global_scale(hadamard_columns(x, sign_mask))

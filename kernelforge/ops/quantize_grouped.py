@@ -8,6 +8,7 @@ import torch
 
 from ..formats import DTYPE_BYTES, SWIZZLE_COLS, SWIZZLE_ROWS, Format, round_up
 from . import _common as c
+from .torch_op import TorchOp, copy_into
 
 # Most groups of one quantize_grouped call: the kernel keeps a table of group starts in shared
 # memory (kernels/quantize_grouped.py's MAX_GROUPS; a test checks that they agree).
@@ -69,9 +70,7 @@ def quantize_experts(
     `kernelforge::quantize_experts` op.
     """
     if torch.compiler.is_compiling():
-        from .library import traced_quantize_experts
-
-        return traced_quantize_experts(w, format, layout, scale_mode, global_scale, out)
+        return copy_into(out, quantize_experts_op.custom(w, format, layout, scale_mode, global_scale))
     fmt, mode, data_dtype, scale_dtype = c.format_plan(format, layout, scale_mode)
     dtype = _check_input("w", w, "[E, N, K]", fmt)
     e, n, k = w.shape
@@ -121,9 +120,7 @@ def quantize_grouped(
     is the `kernelforge::quantize_grouped` op.
     """
     if torch.compiler.is_compiling():
-        from .library import traced_quantize_grouped
-
-        return traced_quantize_grouped(x, group_offsets, format, scale_mode, global_scale, out)
+        return copy_into(out, quantize_grouped_op.custom(x, group_offsets, format, scale_mode, global_scale))
     fmt, mode, data_dtype, scale_dtype = c.format_plan(format, "swizzled", scale_mode)
     dtype = _check_input("x", x, "[T, K]", fmt)
     t, k = x.shape
@@ -217,3 +214,34 @@ def _check_offset_values(offsets: torch.Tensor, t: int) -> None:
         prev = end
     if prev != t:
         raise ValueError(f"group_offsets: the last value must be T = {t} (the rows of x), got {prev}")
+
+
+def _quantize_experts_custom(w: torch.Tensor, format: str, layout: str = "swizzled", scale_mode: str = "floor",
+                             global_scale: Optional[torch.Tensor] = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """Per-expert rowwise quantization of a weight stack (see `kernelforge.quantize_experts`)."""
+    return quantize_experts(w, format, layout=layout, scale_mode=scale_mode, global_scale=global_scale)
+
+
+def _fake_experts(w, format, layout="swizzled", scale_mode="floor", global_scale=None):
+    fmt, _, data_dtype, scale_dtype = c.format_plan(format, layout, scale_mode)
+    d_shape, s_shape = experts_shapes(fmt, *w.shape, layout)
+    return w.new_empty(d_shape, dtype=data_dtype), w.new_empty(s_shape, dtype=scale_dtype)
+
+
+def _quantize_grouped_custom(x: torch.Tensor, group_offsets: torch.Tensor, format: str, scale_mode: str = "floor",
+                             global_scale: Optional[torch.Tensor] = None
+                             ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Rowwise quantization of row groups with per-group swizzled scales (see `kernelforge.quantize_grouped`)."""
+    return quantize_grouped(x, group_offsets, format, scale_mode=scale_mode, global_scale=global_scale)
+
+
+def _fake_grouped(x, group_offsets, format, scale_mode="floor", global_scale=None):
+    fmt, _, data_dtype, scale_dtype = c.format_plan(format, "swizzled", scale_mode)
+    groups = group_offsets.shape[0]
+    d_shape, s_shape = grouped_shapes(fmt, x.shape[0], x.shape[1], groups)
+    return (x.new_empty(d_shape, dtype=data_dtype), x.new_empty(s_shape, dtype=scale_dtype),
+            group_offsets.new_empty((groups,), dtype=torch.int32))
+
+
+quantize_experts_op = TorchOp("kernelforge::quantize_experts", _quantize_experts_custom, fake=_fake_experts)
+quantize_grouped_op = TorchOp("kernelforge::quantize_grouped", _quantize_grouped_custom, fake=_fake_grouped)

@@ -8,6 +8,7 @@ import torch
 
 from ..formats import DTYPE_BYTES
 from . import _common as c
+from .torch_op import TorchOp, copy_into
 
 _HALF = {torch.bfloat16: "bfloat16", torch.float16: "float16"}
 
@@ -30,27 +31,16 @@ def rmsnorm_quantize(
     `kernelforge.quantize`, and so do the returned `(data, scale)`.
     """
     if torch.compiler.is_compiling():
-        from .library import traced_rmsnorm_quantize
-
-        return traced_rmsnorm_quantize(x, None, weight, format, eps, layout, scale_mode, global_scale, out)
+        return copy_into(out, rmsnorm_quantize_op.custom(x, weight, format, eps, layout, scale_mode, global_scale))
     key = None  # the fast-path memo's key, also what a checked call into out= is remembered under
-    if out is not None:  # fast path: same weight and buffers again, with an input like the last one
-        try:
-            d, s = out
-            dev = x.get_device()
-            key = ("rmsnorm_quantize", x.shape, x.stride(), x.dtype, dev, format, eps, layout,
-                   scale_mode, id(weight), id(d), id(s), id(global_scale))
-            hit = c.fast_calls.get(key)
-            if hit is not None:
-                refs = hit.refs
-                if (refs[0]() is weight and refs[1]() is d and refs[2]() is s and refs[3]() is global_scale
-                        and c.x_clear_of_outs(x, hit)):
-                    if dev != c.current_device():  # another device: see _common's "Devices"
-                        c.check_launch_device(x.device)
-                    hit.fn(x, None, weight, d, s, hit.arg, eps)
-                    return d, s
-        except Exception:  # noqa: BLE001 - anything odd takes the checked path, which explains it
-            pass
+    if out is not None:  # same weight and buffers again, with an input like the last one
+        hit, key = c.fast_lookup("rmsnorm_quantize", x, out, (format, eps, layout, scale_mode), (weight, global_scale))
+        if hit is not None:
+            try:
+                hit.fn(x, None, weight, out[0], out[1], hit.arg, eps)
+                return out[0], out[1]
+            except Exception:  # noqa: BLE001 - anything odd takes the checked path, which explains it
+                pass
     return _run(x, None, weight, format, eps, layout, scale_mode, global_scale, out, key)
 
 
@@ -73,9 +63,8 @@ def add_rmsnorm_quantize(
     residual is untouched.
     """
     if torch.compiler.is_compiling():
-        from .library import traced_rmsnorm_quantize
-
-        return traced_rmsnorm_quantize(x, residual, weight, format, eps, layout, scale_mode, global_scale, out)
+        return copy_into(out, add_rmsnorm_quantize_op.custom(x, residual, weight, format, eps, layout, scale_mode,
+                                                             global_scale))
     if residual is None:
         raise TypeError("residual: expected a torch.Tensor, got None (use rmsnorm_quantize without a residual)")
     return _run(x, residual, weight, format, eps, layout, scale_mode, global_scale, out)
@@ -144,5 +133,29 @@ def _run(x, residual, weight, format, eps, layout, scale_mode, global_scale, out
         fn(x if flat else x.view(m, h), None if residual is None else residual.view(m, h), weight,
            data if flat else data.view(m, d_shape[-1]), scale, g_arg, float(eps))
         if fast_key is not None and flat and data is out[0] and scale is out[1]:
-            c.remember_fast(fast_key, fn, (weight, data, scale, global_scale), g_arg, x, (data, scale))
+            c.remember_fast(fast_key, fn, (data, scale, weight, global_scale), g_arg, x, (data, scale))
     return c.results(out, data, scale)
+
+
+def _rmsnorm_quantize_custom(x: torch.Tensor, weight: torch.Tensor, format: str, eps: float = 1e-6,
+                             layout: str = "linear", scale_mode: str = "floor",
+                             global_scale: Optional[torch.Tensor] = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """Fused RMSNorm + quantize (see `kernelforge.rmsnorm_quantize`)."""
+    return _run(x, None, weight, format, eps, layout, scale_mode, global_scale, None)
+
+
+def _add_rmsnorm_quantize_custom(x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor, format: str,
+                                 eps: float = 1e-6, layout: str = "linear", scale_mode: str = "floor",
+                                 global_scale: Optional[torch.Tensor] = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """Fused add + RMSNorm + quantize; `residual` is overwritten (see `kernelforge.add_rmsnorm_quantize`)."""
+    return _run(x, residual, weight, format, eps, layout, scale_mode, global_scale, None)
+
+
+rmsnorm_quantize_op = TorchOp(
+    "kernelforge::rmsnorm_quantize", _rmsnorm_quantize_custom,
+    fake=lambda x, weight, format, eps=1e-6, layout="linear", scale_mode="floor", global_scale=None:
+    c.fake_pair(x, format, layout, scale_mode))
+add_rmsnorm_quantize_op = TorchOp(
+    "kernelforge::add_rmsnorm_quantize", _add_rmsnorm_quantize_custom, mutates_args=("residual",),
+    fake=lambda x, residual, weight, format, eps=1e-6, layout="linear", scale_mode="floor", global_scale=None:
+    c.fake_pair(x, format, layout, scale_mode))

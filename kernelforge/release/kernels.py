@@ -29,10 +29,16 @@ from pathlib import Path
 from typing import Any
 
 from kernelforge.cache.entry import Entry
-from kernelforge.cache.index import dispatch_views, index_text
-from kernelforge.cache.layers import ENTRY_POINT_GROUP, WHEEL_CACHE_DIR, WHEEL_MANIFEST, WHEEL_SUMS
+from kernelforge.cache.index import index_text
+from kernelforge.cache.layers import (
+    ENTRY_POINT_GROUP,
+    WHEEL_CACHE_DIR,
+    WHEEL_MANIFEST,
+    WHEEL_SUMS,
+)
 from kernelforge.cache.layout import INDEX_NAME, SCHEMA_VERSION
 from kernelforge.cache.store import CacheStore
+from kernelforge.cache.views import dispatch_views
 from kernelforge.errors import CacheError
 from kernelforge.release.wheel import WheelFile, write_wheel
 

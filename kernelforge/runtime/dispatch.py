@@ -18,17 +18,30 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Sequence
 
-from ..cache.index import DispatchViews, coords_id, load_index_for_runtime, with_main_path
+from ..cache.index import load_index_for_runtime
 from ..cache.layout import Layout
-from ..cache.usage import usage_log
 from ..cache.trust import TrustedRoot
-from ..errors import CacheError, KernelNotBuilt, SpecError, UnsupportedShape, UntrustedCache
+from ..cache.usage import usage_log
+from ..cache.views import DispatchViews, coords_id, with_main_path
+from ..errors import (
+    CacheError,
+    KernelNotBuilt,
+    SpecError,
+    UnsupportedShape,
+    UntrustedCache,
+)
 from ..log import configure_from_env
 from ..sources import OP_SOURCES, source_hash
 from ..spec.model import KClass
 from .arch import arch_runs_on
 from .loader import load_function, read_verified_json
-from .tuning import TuningTable, heuristic_rank, m_bucket, table_entries_for, tuning_values
+from .tuning import (
+    TuningTable,
+    heuristic_rank,
+    m_bucket,
+    table_entries_for,
+    tuning_values,
+)
 
 if TYPE_CHECKING:
     from ..cache.layers import Layer

@@ -13,7 +13,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Sequence
 
-from ..cache.index import coords_id
+from ..cache.views import coords_id
 from ..sources import OP_SOURCES, source_hash
 from ..spec.model import KClass
 

@@ -16,17 +16,13 @@ heuristic (`OpFamily.heuristic`, kernelforge/families/builtin.py):
 """
 from __future__ import annotations
 
-import hashlib
 import json
 from bisect import bisect_left
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Mapping
+from typing import Any, Mapping
 
 from ..families import builtin_families, find_family
 from ..sources import source_hash
-
-if TYPE_CHECKING:  # the runtime never publishes: keep the cache store out of its imports
-    from ..cache import CacheStore
 
 SCHEMA = 1
 M_BUCKETS = (256, 4096)  # upper bounds of M for the first buckets; the last bucket is open
@@ -88,29 +84,3 @@ def table_entries_for(entries: list[dict[str, Any]], device: str, arch_name: str
         if axes.get("device") == device and axes.get("arch") == arch_name and (axes.get("sources") or {}).get(op) == want:
             mine.append((str(axes.get("measured", "")), str(e.get("created", "")), e))
     return [t[2] for t in sorted(mine, key=lambda t: t[:2], reverse=True)]
-
-
-def table_key(data: dict[str, Any]) -> str:
-    """The cache key of a tuning table: the sha256 of its canonical JSON."""
-    return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()
-
-
-def publish_table(store: CacheStore, data: dict[str, Any]) -> str:
-    """Publish a tuning table into the cache as an entry of kind "tuning"; return its key."""
-    key = table_key(data)
-    staging = store.staging_dir()
-    # What the runtime parses on a process's first call, compact (0.35 ms instead of 1.8 ms
-    # for the H100 table); the per-candidate timings go to a file of their own.
-    lean = {k: v for k, v in data.items() if k != "timings_us"}
-    (staging / "table.json").write_text(json.dumps(lean, separators=(",", ":"), sort_keys=True), encoding="utf-8")
-    (staging / "timings.json").write_text(json.dumps(data.get("timings_us", {}), indent=1, sort_keys=True),
-                                          encoding="utf-8")
-    slug = "".join(ch if ch.isalnum() else "_" for ch in data["device"]).strip("_").lower()
-    # The table names builds by their tuning values, not by key, so it stays valid for any
-    # toolchain that builds the same kernel sources (the runtime checks those per op).
-    store.publish(key, staging, kind="tuning", op="tuning", name=f"tuning.{slug}.{data['arch']}",
-                  variant={"axes": {"device": data["device"], "arch": data["arch"], "measured": data["created"],
-                                    "sources": data["sources"]}, "kclass": {}},
-                  arch=data["arch"], toolchain_id=data.get("toolchain_id", ""), toolchain={}, source_hash="",
-                  main_file="table.json", build_time_s=0.0)
-    return key

@@ -17,7 +17,7 @@ from kernelforge.formats import FORMATS
 from kernelforge.ops import _common
 from kernelforge.ops.reference import quantize_ref
 from kernelforge.runtime.arch import arch_runs_on
-from kernelforge.runtime.tuner import problem_k
+from kernelforge.tuner.measure import problem_k
 
 sys.path.insert(0, str(Path(__file__).parent))
 from _fused_helpers import Tally, compare_fused, reference  # noqa: E402

@@ -342,7 +342,7 @@ def test_torch_compile_and_opcheck():
 
 def test_tuner_times_grouped_builds():
     """`kernelforge tune` can time every grouping (should a spec list several candidates)."""
-    from kernelforge.runtime.tuner import gpu_us, make_calls, problem_k
+    from kernelforge.tuner.measure import gpu_us, make_calls, problem_k
 
     seen = set()
     for cand, fn in _builds():

@@ -196,8 +196,8 @@ def test_index_checksum_edited_to_match_a_planted_module(case: Case, evil_so: Pa
 
 @pytest.mark.parametrize("forge", ["group only", "group renamed and manifest"])
 def test_dispatch_view_edited(case: Case, evil_so: Path, forge: str) -> None:
-    from kernelforge.cache.index import group_file_name
     from kernelforge.cache.store import sha256_file
+    from kernelforge.cache.views import group_file_name
 
     views = case.root / "v1" / "dispatch"
     manifest = json.loads((views / "manifest.json").read_text())

@@ -61,7 +61,11 @@ def test_default_specs_and_tuning_ship_in_the_package() -> None:
 
 
 def test_spec_paths_precedence(checkout: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    assert config.resolve_spec_paths(None) == [checkout / "specs" / "a.toml", checkout / "specs" / "b.toml"]
+    from kernelforge.families import plugin_spec_files
+
+    # The installed plugins' spec files (e.g. the example package's) come after the package's own.
+    assert config.resolve_spec_paths(None) == [checkout / "specs" / "a.toml", checkout / "specs" / "b.toml",
+                                               *plugin_spec_files()]
     env_dir = tmp_path / "envspecs"
     env_dir.mkdir()
     (env_dir / "z.toml").write_text("")
@@ -83,5 +87,8 @@ def test_spec_paths_errors(checkout: Path, tmp_path: Path, monkeypatch: pytest.M
         config.resolve_spec_paths(None)
     monkeypatch.delenv(config.SPEC_ENV)
     monkeypatch.setattr(config, "default_spec_dir", lambda: tmp_path / "nowhere")
+    import kernelforge.families
+
+    monkeypatch.setattr(kernelforge.families, "plugin_spec_files", lambda: [])  # no installed plugin either
     with pytest.raises(ValueError, match="no spec files found"):
         config.resolve_spec_paths(None)

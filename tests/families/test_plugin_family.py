@@ -135,7 +135,7 @@ def test_plugin_family_registers_with_its_distribution(on_path):
     # The key covers the kernelforge kernel it reuses, the plugin's own file and its version.
     assert source_hash(OP) == expected_source_hash(on_path)
     paths = resolve_spec_paths(None)
-    assert paths[-1] == on_path / "kf_demo_plugin" / "demo_quantize.toml"
+    assert on_path / "kf_demo_plugin" / "demo_quantize.toml" in paths  # other plugins may be installed
     names = [v.name for v in load_specs(paths) if v.op == OP]
     assert names == NAMES
 
@@ -178,7 +178,7 @@ def test_broken_plugin_warns_once_and_builtins_still_work(tmp_path, on_path):
         assert any("ignoring op plugin 'broken' (kf_no_such_module:FAMILY): ModuleNotFoundError" in m
                    for m in messages), messages
         assert any("ignoring op family 'quantize' of plugin 'clash'" in m for m in messages), messages
-        assert set(found) == {OP}  # the good plugin still loads
+        assert OP in found and "quantize" not in found  # the good plugin still loads
         assert get_family("quantize").distribution == ""  # the built-in is never replaced
     finally:
         sys.path.remove(str(bad))
@@ -192,7 +192,7 @@ def test_specs_show_lists_the_plugin_variants(site):
     assert proc.returncode == 0, proc.stderr
     data = json.loads(proc.stdout)
     assert [v["name"] for v in data["variants"]] == NAMES
-    assert data["spec_files"][-1] == str(site / "kf_demo_plugin" / "demo_quantize.toml")
+    assert str(site / "kf_demo_plugin" / "demo_quantize.toml") in data["spec_files"]
 
 
 @pytest.mark.slow

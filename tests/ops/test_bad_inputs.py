@@ -227,7 +227,7 @@ def test_grouped_rejects_overlapping_out(slot, other):
 
 
 def _fast_key_quantize(x, d, s, fmt="nvfp4", g=None):
-    return ("quantize", x.shape, x.stride(), x.dtype, x.get_device(), fmt, "linear", "floor", id(d), id(s), id(g))
+    return _common.fast_lookup("quantize", x, (d, s), (fmt, "linear", "floor"), (g,))[1]
 
 
 @pytest.fixture
@@ -261,10 +261,9 @@ def test_rmsnorm_fast_path_refuses_an_x_that_overlaps_remembered_out(memo):
     d, s = _fresh(M, 32), _at(buf, 8192, M, 4)
     w = torch.randn(K).bfloat16()
     x0 = _x()
-    key = ("rmsnorm_quantize", x0.shape, x0.stride(), x0.dtype, x0.get_device(), "nvfp4", 1e-6, "linear", "floor",
-           id(w), id(d), id(s), id(None))
+    key = _common.fast_lookup("rmsnorm_quantize", x0, (d, s), ("nvfp4", 1e-6, "linear", "floor"), (w, None))[1]
     calls = []
-    _common.remember_fast(key, lambda *a: calls.append(a), (w, d, s, None), None, x0, (d, s))
+    _common.remember_fast(key, lambda *a: calls.append(a), (d, s, w, None), None, x0, (d, s))
     kernelforge.rmsnorm_quantize(_x(), w, "nvfp4", out=(d, s))
     assert len(calls) == 1
     x = _at(buf, 8192 + 128, 8192).view(torch.bfloat16).view(M, K)
@@ -279,7 +278,7 @@ def test_columnwise_fast_path_refuses_an_x_that_overlaps_remembered_out(memo):
     x0 = _x()
     options = ("nvfp4", "linear", "floor", False)
     calls = []
-    _common.remember_fast(cw.fast_key("quantize_columnwise", x0, out, options, (None,)),
+    _common.remember_fast(_common.fast_lookup("quantize_columnwise", x0, out, options, (None,))[1],
                           lambda *a: calls.append(a), (*out, None), (None, None, False, 0), x0, out)
     kernelforge.quantize(_x(), "nvfp4", rowwise=False, columnwise=True, out=out)
     assert len(calls) == 1

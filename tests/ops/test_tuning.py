@@ -12,7 +12,8 @@ import pytest
 
 from kernelforge.cache import CacheStore
 from kernelforge.runtime import dispatch
-from kernelforge.runtime.tuning import M_BUCKETS, SCHEMA, TuningTable, heuristic_rank, m_bucket, publish_table
+from kernelforge.runtime.tuning import M_BUCKETS, SCHEMA, TuningTable, heuristic_rank, m_bucket
+from kernelforge.tuner.tables import publish_table
 from kernelforge.sources import source_hash
 
 COORDS = {"format": "nvfp4", "scale_mode": "none", "layout": "swizzled", "dtype": "bfloat16", "residual": "none"}

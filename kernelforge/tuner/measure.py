@@ -5,7 +5,7 @@ differ only in tuning axes) runs on the same inputs: CUDA-graph replays of back-
 over enough inputs to exceed 4x the L2 cache. The fastest build's tuning values go into a table
 keyed by device name and arch, together with each op's kernel source hash; the table is
 published into the cache as a checksummed entry of kind "tuning" (listed by `cache ls`, checked
-by `cache verify`) and read by the runtime (runtime/tuning.py). The ops tuned are the op
+by `cache verify`; see `kernelforge.tuner.tables`) and read by the runtime (runtime/tuning.py). The ops tuned are the op
 families with tuning axes and timing calls (`OpFamily.timing_calls`), built-in or plugin.
 """
 from __future__ import annotations
@@ -20,10 +20,10 @@ import torch
 
 from ..families import OpFamily, families, get_family
 from ..formats import FORMATS
+from ..runtime.arch import arch_runs_on
+from ..runtime.dispatch import Candidate, DispatchTable
+from ..runtime.tuning import BUCKET_SAMPLE_M, M_BUCKETS, SCHEMA, tuning_values
 from ..sources import source_hash
-from .arch import arch_runs_on
-from .dispatch import Candidate, DispatchTable
-from .tuning import BUCKET_SAMPLE_M, M_BUCKETS, SCHEMA, tuning_values
 
 
 def tuned_families() -> dict[str, OpFamily]:

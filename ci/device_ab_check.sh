@@ -1,0 +1,27 @@
+#!/usr/bin/env bash
+# One device-tool call after a refactor of the runtime/ops: validate the checkout's cache with the
+# current tree, then time startup and per-call host cost (benchmarks/bench_startup.py) for the
+# current tree and for an older one carried in .carry/old (an A/B in the same machine session),
+# and record where `import tvm_ffi` spends its time. Logs go to $OUT.
+# Needs: cache/ (sm_90a builds), .whl/ (the apache-tvm-ffi wheel), optionally .carry/old/kernelforge.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+OUT="${OUT:-/tmp/kf-out}"; mkdir -p "$OUT"
+export PYTHONUNBUFFERED=1
+python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/kf-site .whl/*.whl
+rc=0
+if [ "${KF_VALIDATE:-1}" = 1 ]; then
+  bash ci/gpu_validate.sh 2>&1 | tee "$OUT/validate.log" | tail -25
+  rc=${PIPESTATUS[0]}
+fi
+trees="new"; [ -d .carry/old/kernelforge ] && trees="new old new2"
+for tree in $trees; do
+  case $tree in old) src="$PWD/.carry/old" ;; *) src="$PWD" ;; esac
+  PYTHONPATH="/tmp/kf-site:$src" KERNELFORGE_CACHE_DIR="$PWD/cache" \
+    python3 benchmarks/bench_startup.py --runs "${KF_RUNS:-5}" --json "$OUT/startup_$tree.json" 2>&1 \
+    | tee "$OUT/startup_$tree.log" | tail -25
+done
+PYTHONPATH=/tmp/kf-site python3 -X importtime -c "import torch; torch.zeros(1, device='cuda'); import tvm_ffi" \
+  2> "$OUT/importtime_tvm_ffi.txt"
+awk -F'|' '/import time:/ {print $2 "|" $3}' "$OUT/importtime_tvm_ffi.txt" | sort -n -r | head -30
+exit $rc
