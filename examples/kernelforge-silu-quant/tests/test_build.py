@@ -23,8 +23,9 @@ NAMES = ["silu_mul_quantize.mxfp8.floor.linear.bfloat16.aligned.sm_90a.t128",
          "silu_mul_quantize.mxfp8.floor.linear.bfloat16.any.sm_90a.t128",
          "silu_mul_quantize.nvfp4.none.swizzled.float16.aligned.sm_90a.t128"]
 
-# Resolution as `kf_silu_quant.ops` does it (kernelforge.ops._common.kernel_for), on a pretend H100:
-# the device queries are the only CUDA calls on that path, answered from _common's memo.
+# Resolution as `kf_silu_quant.ops` does it: `kernelforge.extend.kernel_for` needs a CUDA tensor and
+# calls `kernelforge.ops._common.kernel_for`, called here directly on a pretend H100 (the device
+# queries are the only CUDA calls on that path, answered from _common's memo).
 RESOLVE = r"""
 import json, sys
 from kf_silu_quant.family import ensure_registered

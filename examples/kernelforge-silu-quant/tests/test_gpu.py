@@ -123,3 +123,27 @@ def test_empty_inputs():
     assert d.shape == (0, 64) and s.shape == (0, 4)
     d, s = silu_mul_quantize(torch.empty(5, 0, dtype=torch.bfloat16, device="cuda"), "nvfp4", layout="swizzled")
     assert d.shape == (5, 0) and s.shape == (128, 0)
+
+
+def test_repeated_out_calls_take_the_fast_path_and_stay_exact():
+    from kf_silu_quant.ops import silu_mul_quantize
+
+    data, scale = poisoned((129, 2048)), poisoned((256, 64))
+    for seed in range(3):  # the second and third calls repeat a remembered, validated call
+        x = make_x(129, 2048, torch.bfloat16, seed=100 + seed)
+        silu_mul_quantize(x, "mxfp8", layout="swizzled", scale_mode="rceil", out=(data, scale))
+        want = silu_mul_quantize_ref(x, "mxfp8", layout="swizzled", scale_mode="rceil")
+        assert torch.equal(data, want[0]) and torch.equal(scale, want[1]), seed
+
+
+def test_torch_compile_runs_the_custom_op():
+    from kf_silu_quant.ops import silu_mul_quantize
+
+    x = make_x(37, 1024, torch.float16, seed=7)
+    g = torch.full((1,), 3.5, dtype=torch.float32, device="cuda")
+    torch._dynamo.reset()
+    f = torch.compile(lambda x, g: silu_mul_quantize(x, "nvfp4", layout="swizzled", global_scale=g),
+                      backend="aot_eager", fullgraph=True)
+    d, s = f(x, g)
+    want = silu_mul_quantize_ref(x, "nvfp4", layout="swizzled", global_scale=g)
+    assert torch.equal(d.view(torch.uint8), want[0]) and torch.equal(s.view(torch.uint8), want[1])
