@@ -178,16 +178,50 @@ def plugin_families() -> dict[str, OpFamily]:
     return out
 
 
+# Families registered from code (`register`), by name: for packages used without being installed.
+_registered: dict[str, OpFamily] = {}
+
+
+def register(family: OpFamily, *, distribution: str = "", version: str = "") -> OpFamily:
+    """Declare an op family from code, for a package that is importable but not installed (so
+    it has no entry point), e.g. on PYTHONPATH on a GPU node; returns the family as registered.
+
+    `distribution` and `version` (default: the family's own) are hashed into its cache keys as
+    for an entry point, so a cache built from the installed package is served when the same
+    name and version are given. Registering the same family again is a no-op; a different
+    family under a name already defined raises ValueError.
+    """
+    problem = _problem(family)
+    if problem:
+        raise ValueError(f"family: {problem}")
+    dist = distribution or family.distribution
+    if not dist:
+        raise ValueError(f"distribution: op family {family.name!r} needs the name of the package defining it "
+                         "(it is part of every cache key)")
+    fam = replace(family, distribution=dist, version=version or family.version)
+    known = find_family(fam.name)
+    if known is not None:
+        if known == fam:
+            return known
+        raise ValueError(f"family: an op named {fam.name!r} is already defined "
+                         f"({known.distribution or 'kernelforge'} {known.version})")
+    _registered[fam.name] = fam
+    from kernelforge import sources
+
+    sources.source_hash.cache_clear()
+    return fam
+
+
 def families() -> dict[str, OpFamily]:
-    """Every op family: the built-ins, then the installed plugins', by name."""
-    return {**builtin_families(), **plugin_families()}
+    """Every op family: the built-ins, then the installed plugins', then those registered from code."""
+    return {**builtin_families(), **plugin_families(), **_registered}
 
 
 def get_family(op: str) -> OpFamily:
     """The family of `op` (built-ins first, so a built-in op never scans entry points); KeyError if unknown."""
     fam = builtin_families().get(op)
     if fam is None:
-        fam = plugin_families().get(op)
+        fam = _registered.get(op) or plugin_families().get(op)
         if fam is None:
             raise KeyError(op)
     return fam
@@ -210,9 +244,9 @@ def reload_plugins() -> None:
 
 
 def plugin_spec_files() -> list[Path]:
-    """The spec files the installed plugins' families ship (read by default next to the package's)."""
-    return [Path(p) for fam in plugin_families().values() for p in fam.spec_files]
+    """The spec files the installed plugins' (and the code-registered) families ship (read by default next to the package's)."""
+    return [Path(p) for fam in {**plugin_families(), **_registered}.values() for p in fam.spec_files]
 
 
 __all__ = ["ENTRY_POINT_GROUP", "FamilyView", "OpFamily", "builtin_families", "families", "find_family",
-           "get_family", "plugin_families", "plugin_spec_files", "reload_plugins"]
+           "get_family", "plugin_families", "plugin_spec_files", "register", "reload_plugins"]

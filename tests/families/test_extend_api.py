@@ -74,3 +74,34 @@ def test_torch_op_is_traced_as_its_custom_op_under_compile():
 def test_torch_op_rejects_a_bad_qualname():
     with pytest.raises(ValueError, match=r"^qualname: expected 'namespace::name'"):
         extend.TorchOp("no_namespace", _eager, fake=lambda x, factor=2.0: torch.empty_like(x))
+
+
+def test_register_declares_a_family_from_code(monkeypatch):
+    """A package used from PYTHONPATH (no entry point) registers its family from code; the
+    distribution name and version enter its cache keys as for an installed plugin."""
+    from dataclasses import replace
+
+    import kernelforge.families as families
+    from kernelforge.families.builtin import QUANTIZE, SCALE_MODE_FITS_FORMAT, schema
+    from kernelforge.sources import source_hash
+
+    monkeypatch.setattr(families, "_registered", {})
+    fam = replace(QUANTIZE, schema=schema("kf_registered_quantize", ("format", "scale_mode", "layout", "dtype",
+                                                                     "kclass", "arch"),
+                                          ("threads", "units_per_thread"), (SCALE_MODE_FITS_FORMAT,)))
+    with pytest.raises(ValueError, match=r"^distribution: op family 'kf_registered_quantize' needs"):
+        families.register(fam)
+    got = families.register(fam, distribution="kf-registered", version="1.2")
+    assert families.get_family("kf_registered_quantize") is got
+    assert (got.distribution, got.version) == ("kf-registered", "1.2")
+    assert families.register(fam, distribution="kf-registered", version="1.2") is got  # idempotent
+    h12 = source_hash("kf_registered_quantize")
+    with pytest.raises(ValueError, match=r"^family: an op named 'kf_registered_quantize' is already defined"):
+        families.register(fam, distribution="kf-registered", version="1.3")
+    with pytest.raises(ValueError, match=r"^family: an op named 'quantize' is already defined"):
+        families.register(QUANTIZE, distribution="kf-clash")
+    monkeypatch.setattr(families, "_registered", {})
+    source_hash.cache_clear()
+    families.register(fam, distribution="kf-registered", version="1.3")
+    assert source_hash("kf_registered_quantize") != h12  # the version is part of the key
+    source_hash.cache_clear()

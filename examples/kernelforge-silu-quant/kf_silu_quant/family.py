@@ -68,29 +68,15 @@ def ensure_registered() -> OpFamily:
     """The family as kernelforge's registry serves it, declaring it first where needed.
 
     Installed (`pip install -e`), the package's entry point declares it. Importable only
-    (PYTHONPATH=examples/kernelforge-silu-quant), it has no entry point: this writes the
-    package's distribution metadata (its name and version, which are part of every cache key,
-    so a cache built from the installed package is served) into a private directory, puts that
-    on sys.path and rescans the plugins. kernelforge has no call to register a family directly.
+    (PYTHONPATH=examples/kernelforge-silu-quant), it has no entry point: it is registered
+    from code under the package's distribution name and version, which are part of every
+    cache key, so a cache built from the installed package is served.
     """
-    import sys
-    import tempfile
-
-    from kernelforge.families import ENTRY_POINT_GROUP, find_family, reload_plugins
+    from kernelforge.families import find_family, register
 
     from . import __version__
 
     fam = find_family(OP)
     if fam is not None:
         return fam
-    site = Path(tempfile.mkdtemp(prefix="kf-silu-quant-dist-"))
-    info = site / f"{DISTRIBUTION.replace('-', '_')}-{__version__}.dist-info"
-    info.mkdir()
-    (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {DISTRIBUTION}\nVersion: {__version__}\n")
-    (info / "entry_points.txt").write_text(f"[{ENTRY_POINT_GROUP}]\n{ENTRY_POINT}\n")
-    sys.path.append(str(site))
-    reload_plugins()
-    fam = find_family(OP)
-    if fam is None:
-        raise RuntimeError(f"kf_silu_quant: could not register the {OP!r} op family")
-    return fam
+    return register(FAMILY, distribution=DISTRIBUTION, version=__version__)
