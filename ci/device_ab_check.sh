@@ -4,6 +4,8 @@
 # current tree and for an older one carried in .carry/old (an A/B in the same machine session),
 # and record where `import tvm_ffi` spends its time. Logs go to $OUT.
 # Needs: cache/ (sm_90a builds), .whl/ (the apache-tvm-ffi wheel), optionally .carry/old/kernelforge.
+# KF_VALIDATE=0 skips validation, KF_EXAMPLE=1 runs the example family's GPU tests and benchmark,
+# KF_TREES="new old" picks the trees to time (old: .carry/old), KF_RUNS the processes per op.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT="${OUT:-/tmp/kf-out}"; mkdir -p "$OUT"
@@ -14,7 +16,16 @@ if [ "${KF_VALIDATE:-1}" = 1 ]; then
   bash ci/gpu_validate.sh 2>&1 | tee "$OUT/validate.log" | tail -25
   rc=${PIPESTATUS[0]}
 fi
-trees="new"; [ -d .carry/old/kernelforge ] && trees="new old new2"
+if [ "${KF_EXAMPLE:-0}" = 1 ]; then  # the example op family (examples/kernelforge-silu-quant), from PYTHONPATH
+  ex=examples/kernelforge-silu-quant
+  PYTHONPATH="/tmp/kf-site:$PWD:$PWD/$ex" KERNELFORGE_CACHE_DIR="$PWD/cache" \
+    python3 -m pytest -q -p no:cacheprovider -m gpu "$ex/tests" 2>&1 | tee "$OUT/example_gpu_tests.log" | tail -15
+  [ "${PIPESTATUS[0]}" = 0 ] || rc=1
+  PYTHONPATH="/tmp/kf-site:$PWD:$PWD/$ex" KERNELFORGE_CACHE_DIR="$PWD/cache" \
+    python3 "$ex/benchmarks/bench_silu_quant.py" --baseline --json "$OUT/bench_silu_quant.json" 2>&1 \
+    | tee "$OUT/bench_silu_quant.log" | tail -25
+fi
+trees="${KF_TREES:-new}"; [ -d .carry/old/kernelforge ] || trees="new"
 for tree in $trees; do
   case $tree in old) src="$PWD/.carry/old" ;; *) src="$PWD" ;; esac
   PYTHONPATH="/tmp/kf-site:$src" KERNELFORGE_CACHE_DIR="$PWD/cache" \
