@@ -9,8 +9,8 @@ import hashlib
 import json
 import os
 import re
-import uuid
 import tempfile
+import uuid
 import warnings
 from pathlib import Path
 from typing import Any

@@ -19,9 +19,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator, Mapping, Protocol
 
 from kernelforge.cache.entry import Entry
+from kernelforge.cache.index import DispatchViews, current_umask, fsync_dir, read_index_checked, write_index
 from kernelforge.cache.integrity import file_problems, sha256_file  # noqa: F401  (sha256_file: re-exported)
-from kernelforge.cache.index import (DispatchViews, current_umask, fsync_dir, read_index_checked,
-                                     write_index)
 from kernelforge.cache.layout import META_NAME, Layout, check_key, check_kind
 from kernelforge.cache.trust import TrustedRoot
 from kernelforge.errors import CacheError

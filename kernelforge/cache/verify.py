@@ -19,9 +19,15 @@ from pathlib import Path
 from typing import Any
 
 from kernelforge.cache.entry import Entry
-from kernelforge.cache.integrity import (MISSING_DIR, MISSING_FILE, NOT_A_FILE, SHA_MISMATCH,  # noqa: F401
-                                         SIZE_MISMATCH, file_problems)
 from kernelforge.cache.index import MANIFEST, VIEWS_DIR, dispatch_views, index_generation, read_index_checked
+from kernelforge.cache.integrity import (  # noqa: F401
+    MISSING_DIR,
+    MISSING_FILE,
+    NOT_A_FILE,
+    SHA_MISMATCH,
+    SIZE_MISMATCH,
+    file_problems,
+)
 from kernelforge.cache.layout import META_NAME
 from kernelforge.cache.store import CacheStore
 from kernelforge.cache.trust import ownership_problem

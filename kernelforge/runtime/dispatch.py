@@ -20,8 +20,8 @@ from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 from ..cache.index import DispatchViews, coords_id, load_index_for_runtime, with_main_path
 from ..cache.layout import Layout
-from ..cache.usage import usage_log
 from ..cache.trust import TrustedRoot
+from ..cache.usage import usage_log
 from ..errors import CacheError, KernelNotBuilt, SpecError, UnsupportedShape, UntrustedCache
 from ..log import configure_from_env
 from ..sources import OP_SOURCES, source_hash
@@ -329,7 +329,8 @@ class DispatchTable:
                     why = f"rejected: arch {c.arch} does not run on {capability[0]}.{capability[1]}"
                 elif c not in accepting:
                     why = f"rejected: K-class {c.kclass.name} does not accept " + \
-                        f"K={k}, {ptr_align}-byte pointer, {stride_bytes}-byte row stride, M={m} ({_describe(c.kclass)})"
+                        f"K={k}, {ptr_align}-byte pointer, {stride_bytes}-byte row stride, M={m} " + \
+                        f"({_describe(c.kclass)})"
                 elif c.kclass.name != served.kclass.name or c.arch != served.arch:
                     why = f"passed over: less specialized than {served.kclass.name}/{served.arch}"
                 else:
