@@ -3,7 +3,7 @@ PY ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 
-.PHONY: build test install clean-cache install-example test-example
+.PHONY: build test lint install clean-cache install-example test-example
 
 $(BIN)/kernelforge: pyproject.toml
 	$(PY) -m venv $(VENV)
@@ -18,6 +18,11 @@ install: $(BIN)/kernelforge
 # Main job: compile the default specs (all arches) into the checkout's cache/.
 build: install
 	$(BIN)/kernelforge build
+
+# Lint (config: [tool.ruff] in pyproject.toml). Checks only: never `--fix` over kernelforge/kernels/,
+# whose bytes are hashed into cache keys.
+lint: install
+	$(BIN)/ruff check .
 
 # The test suite (CPU here; GPU tests skip with their reason unless a CUDA GPU is present),
 # then the example op family's (test-example).

@@ -8,25 +8,22 @@ The NVFP4 global scale is calibrated on the normalized output, the tensor being 
 Also the host cost per call: the loaded TVM-FFI function, the Python function and the
 torch.library custom op. Prints a markdown table; --json writes every number.
 
-Run from a checkout on a GPU machine with the cache built: `python benchmarks/bench_fused.py`.
+Run from a checkout on a GPU machine with the cache built: `PYTHONPATH=. python benchmarks/bench_fused.py`.
 """
 from __future__ import annotations
 
 import argparse
 import json
 import math
-import sys
 from pathlib import Path
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-import kernelforge  # noqa: E402
-import kernelforge.ops  # noqa: E402,F401
-from _timing import L2_BYTES, bench_us, copy_bandwidth, graph_us, host_us  # noqa: E402
-from kernelforge.formats import FORMATS  # noqa: E402
-from kernelforge.ops.reference import add_rmsnorm_ref, quantize_ref, rmsnorm_ref  # noqa: E402
+import kernelforge
+import kernelforge.ops  # noqa: F401
+from _timing import L2_BYTES, bench_us, copy_bandwidth, graph_us, host_us
+from kernelforge.formats import FORMATS
+from kernelforge.ops.reference import add_rmsnorm_ref, quantize_ref, rmsnorm_ref
 
 M_VALUES = (1024, 4096, 16384, 65536)
 H_VALUES = (1536, 4096, 8192, 16384, 32768)
@@ -120,9 +117,11 @@ def _cases(m_values, h_values, refs: dict):
                         y = torch.nn.functional.rms_norm(rs[i], (h,), w, 1e-6)
                         return kernelforge.quantize(y, fmt, out=res, **kw)
 
-                    ref = [(lambda f=f: f(xs[next(it) % n], rs[next(it) % n], w, g, fmt, mode)) for f in refs.get(op, ())]
+                    ref = [(lambda f=f: f(xs[next(it) % n], rs[next(it) % n], w, g, fmt, mode))
+                           for f in refs.get(op, ())]
                 yield m, h, op, fmt, mode, fused, unfused, ref
-            del xs, rs
+            xs.clear()  # free this shape's inputs before the next shape allocates (the closures share the lists)
+            rs.clear()
             torch.cuda.empty_cache()
 
 
@@ -144,7 +143,7 @@ def rows(copy_gbs: float, compile_ref: bool, m_values, h_values) -> list[dict]:
         print(f"{op:11} {fmt:5} {m:6}x{h:<6} {us:9.1f} us {row['GBps']:6.0f} GB/s {row['pct_copy']:5.1f}%  "
               f"unfused {un_us or float('nan'):9.1f} us ({row['speedup_vs_unfused'] or float('nan'):.2f}x)", flush=True)
     if compile_ref:
-        for row, (m, h, op, fmt, mode, _, _, ref) in zip(out, _cases(m_values, h_values, _refs())):
+        for row, (m, h, op, fmt, _mode, _, _, ref) in zip(out, _cases(m_values, h_values, _refs())):
             ref_us, row["ref_timing"] = _timed(ref[1])
             # The eager reference keeps several fp32 copies of x alive: skip it above 2^28 elements.
             eager_us, _ = _timed(ref[0]) if m * h <= 2**28 else (None, "skipped")
@@ -183,7 +182,8 @@ def markdown(res: dict) -> str:
     lines = [f"Device: {res['device']}; copy bandwidth {res['copy_GBps']:.0f} GB/s (read + write). "
              f"Layout {LAYOUT}, bf16 input. Times are GPU time per call from CUDA-graph replay "
              "(queue primed: the replay's launch latency is not counted).", "",
-             "| op | format | M | H | fused us | GB/s | % copy | unfused us | x unfused | compiled ref us | x compiled |",
+             "| op | format | M | H | fused us | GB/s | % copy | unfused us | x unfused | compiled ref us "
+             "| x compiled |",
              "|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in res["rows"]:
         f = lambda v, p=1: "n/a" if v is None else f"{v:.{p}f}"  # noqa: E731

@@ -1,7 +1,8 @@
-"""Quantize benchmark on a GPU: kernel time (CUDA-graph replay, rotating inputs larger than L2), GB/s, % of measured copy bandwidth, torch.compile
-of the reference, cold start and host overhead. Prints a markdown table; --json writes all numbers.
+"""Quantize benchmark on a GPU: kernel time (CUDA-graph replay, rotating inputs larger than L2), GB/s,
+% of measured copy bandwidth, torch.compile of the reference, cold start and host overhead. Prints a markdown
+table; --json writes all numbers.
 
-Run from a checkout on a GPU machine with the cache built: `python benchmarks/bench_quantize.py`.
+Run from a checkout on a GPU machine with the cache built: `PYTHONPATH=. python benchmarks/bench_quantize.py`.
 """
 from __future__ import annotations
 
@@ -14,13 +15,10 @@ from pathlib import Path
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-import kernelforge  # noqa: E402
-from kernelforge.formats import FORMATS  # noqa: E402
-from kernelforge.ops.reference import quantize_ref  # noqa: E402
-
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _timing import L2_BYTES, bench_us, copy_bandwidth, graph_us, host_us, rotating_inputs  # noqa: E402,F401
+import kernelforge
+from _timing import L2_BYTES, bench_us, copy_bandwidth, graph_us, host_us, rotating_inputs  # noqa: F401
+from kernelforge.formats import FORMATS
+from kernelforge.ops.reference import quantize_ref
 
 SHAPES = [(1024, 4096), (4096, 7168), (8192, 7168), (16384, 8192)]
 CASES = [("mxfp8", "floor"), ("mxfp4", "floor"), ("nvfp4", "none")]
@@ -72,7 +70,7 @@ def kernel_rows(copy_gbs: float, with_refs: bool) -> list[dict]:
                       + (f"  compiled ref {row['ref_compiled_us']:.1f} us" if row.get("ref_compiled_us") else "")
                       + (f"  eager ref {row['ref_eager_us']:.1f} us" if row.get("ref_eager_us") else ""),
                       flush=True)
-        del xs
+        xs.clear()  # free this shape's inputs (the timed closures share the list)
     return rows
 
 

@@ -200,7 +200,8 @@ def report(res: dict) -> str:
     lines += ["",
               "| host time per call, 128 x 256 bf16 mxfp8 | us | target |",
               "|---|---|---|",
-              f"| quantize, allocating | {h['allocating_us']:.2f} | <= {ALLOC_US:g} ({ok(h['allocating_us'], ALLOC_US)}) |",
+              f"| quantize, allocating | {h['allocating_us']:.2f} | <= {ALLOC_US:g} "
+              f"({ok(h['allocating_us'], ALLOC_US)}) |",
               f"| quantize, out= | {h['out_us']:.2f} | <= torch.add(out=) + {OUT_OVER_ADD_US:g} "
               f"({ok(h['out_us'], h['torch_add_out_us'] + OUT_OVER_ADD_US)}) |",
               f"| torch.add(out=) | {h['torch_add_out_us']:.2f} | |",

@@ -3,25 +3,21 @@ the random Hadamard transform fused versus transform-then-quantize, grouped (MoE
 versus a Python loop over the groups. GPU time per call from CUDA-graph replays over rotating
 inputs (more than 4x L2), GB/s of the fused kernel's own traffic and % of copy bandwidth.
 
-    python benchmarks/bench_training.py [--json out.json] [--md out.md]
+    PYTHONPATH=. python benchmarks/bench_training.py [--json out.json] [--md out.md]
 """
 from __future__ import annotations
 
 import argparse
 import json
-import sys
 from pathlib import Path
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-import kernelforge  # noqa: E402
-from kernelforge.formats import FORMATS  # noqa: E402
-from kernelforge.ops.quantize_columnwise import hadamard_columns  # noqa: E402
-from kernelforge.ops.reference import rht_matrix  # noqa: E402
-
-from _timing import copy_bandwidth, graph_us, rotating_inputs  # noqa: E402
+import kernelforge
+from _timing import copy_bandwidth, graph_us, rotating_inputs
+from kernelforge.formats import FORMATS
+from kernelforge.ops.quantize_columnwise import hadamard_columns
+from kernelforge.ops.reference import rht_matrix
 
 SHAPES = [(4096, 7168), (8192, 7168), (16384, 8192)]
 CASES = [("mxfp8", "floor"), ("mxfp4", "floor"), ("nvfp4", "none")]
@@ -172,10 +168,12 @@ def markdown(res: dict) -> str:
     lines = [f"Device: {res['device']}; copy bandwidth {res['copy_GBps']:.0f} GB/s. Swizzled scales, bf16 input.", ""]
     d = [r for r in res["rows"] if r["section"] == "dual"]
     if d:
-        lines += ["| dual | M x K | dual us | % copy | row + col calls us | rowwise us | columnwise us | col-only % copy | speedup |",
+        lines += ["| dual | M x K | dual us | % copy | row + col calls us | rowwise us | columnwise us "
+                  "| col-only % copy | speedup |",
                   "|---|---|---|---|---|---|---|---|---|"]
-        lines += [f"| {r['format']} | {r['M']}x{r['K']} | {r['dual_us']:.1f} | {r['pct_copy']:.1f} | {r['two_calls_us']:.1f} | "
-                  f"{r['rowwise_us']:.1f} | {r['columnwise_us']:.1f} | {r['columnwise_pct_copy']:.1f} | {r['speedup']:.2f}x |"
+        lines += [f"| {r['format']} | {r['M']}x{r['K']} | {r['dual_us']:.1f} | {r['pct_copy']:.1f} "
+                  f"| {r['two_calls_us']:.1f} | {r['rowwise_us']:.1f} | {r['columnwise_us']:.1f} "
+                  f"| {r['columnwise_pct_copy']:.1f} | {r['speedup']:.2f}x |"
                   for r in d]
         lines.append("")
     h = [r for r in res["rows"] if r["section"] == "rht"]

@@ -3,13 +3,9 @@ from __future__ import annotations
 
 import cProfile
 import pstats
-import sys
 import time
-from pathlib import Path
 
 import torch
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 
 def first_call_breakdown() -> None:

@@ -2,20 +2,15 @@
 
 Both paths call the very build the ops resolve to (the fast-path memo's function), in three
 interleaved rounds; the minimum of each path is reported, so a noisy host affects both alike.
-Run on a GPU machine from a checkout with the cache built: `python benchmarks/host_overhead.py`.
+Run on a GPU machine from a checkout with the cache built: `PYTHONPATH=. python benchmarks/host_overhead.py`.
 """
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-import kernelforge  # noqa: E402
-from _timing import host_us  # noqa: E402
-from kernelforge.ops import _common  # noqa: E402
+import kernelforge
+from _timing import host_us
+from kernelforge.ops import _common
 
 
 def measure(paths: dict, rounds: int = 3) -> dict:

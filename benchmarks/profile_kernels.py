@@ -2,7 +2,7 @@
 
     ncu --clock-control none --nvtx --nvtx-include "kf/" --section SpeedOfLight \
         --section WarpStateStats --section SchedulerStats --section Occupancy \
-        python benchmarks/profile_kernels.py dual:nvfp4:16384:8192 rmsnorm:nvfp4:16384:1536
+        PYTHONPATH=. python benchmarks/profile_kernels.py dual:nvfp4:16384:8192 rmsnorm:nvfp4:16384:1536
 
 Each case is `kind:format:M:K` with kind one of row, col, dual, rmsnorm, or `grouped:format:T:K:G`
 (T rows in G random uneven groups, `quantize_grouped`); inputs are random bf16, scales swizzled.
@@ -11,12 +11,10 @@ Warm-up calls run outside the ranges, so only the measured launch is profiled.
 from __future__ import annotations
 
 import sys
-from pathlib import Path
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-import kernelforge  # noqa: E402
+import kernelforge
 
 
 def case_fn(spec: str):

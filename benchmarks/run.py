@@ -1,4 +1,4 @@
-"""Every op on one GPU, one table: `python benchmarks/run.py` (from a checkout with the cache built).
+"""Every op on one GPU, one table: `PYTHONPATH=. python benchmarks/run.py` (a checkout, cache built).
 
 For each op, variant and shape: GPU time (median of CUDA-graph replays of back-to-back calls on
 inputs rotated beyond L2), GB/s, % of the copy bandwidth measured at the start of this same run,
@@ -13,17 +13,15 @@ import argparse
 import datetime
 import json
 import math
-import sys
 from pathlib import Path
 
 import torch
 
+import bench_fused
+import bench_quantize
+from _timing import copy_bandwidth
+
 HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE.parent))
-sys.path.insert(0, str(HERE))
-import bench_fused  # noqa: E402
-import bench_quantize  # noqa: E402
-from _timing import copy_bandwidth  # noqa: E402
 
 # (what, predicate over the collected rows -> (value, passed)) -- the targets of issue 5.
 FUSED_MIN_PCT = 85.0
@@ -95,7 +93,8 @@ def markdown(res: dict) -> str:
                      f"{c['second_call_ms']:.3f} |")
     hq, hf = res["host"]["quantize"], res["host"]["fused"]
     lines += ["", "| host cost per call (us) | direct TVM-FFI call | with out= | allocating |", "|---|---:|---:|---:|",
-              f"| quantize 128x256 mxfp8 | {hq['direct_us']:.2f} | {hq['quantize_out_us']:.2f} (+{hq['overhead_out_us']:.2f}) "
+              f"| quantize 128x256 mxfp8 | {hq['direct_us']:.2f} "
+              f"| {hq['quantize_out_us']:.2f} (+{hq['overhead_out_us']:.2f}) "
               f"| {hq['quantize_alloc_us']:.2f} |",
               f"| rmsnorm_quantize 128x1024 mxfp8 | {hf['direct_us']:.2f} | {hf['python_out_us']:.2f} "
               f"(+{hf['overhead_out_us']:.2f}) | {hf['python_alloc_us']:.2f} |",

@@ -3,7 +3,7 @@ nvidia-cuda-cuobjdump` here, which puts it under site-packages/nvidia/cu13/bin).
 
 The kernels are fully unrolled, so instructions per element = SASS instructions of the kernel
 divided by the elements one thread handles; that is the ALU side of the bandwidth budget.
-Usage: python benchmarks/sass_stats.py [NAME_GLOB ...]
+Usage: PYTHONPATH=. python benchmarks/sass_stats.py [NAME_GLOB ...]
 """
 from __future__ import annotations
 
@@ -12,19 +12,20 @@ import json
 import re
 import struct
 import subprocess
-import tempfile
 import sys
+import tempfile
 from collections import Counter
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from kernelforge.config import resolve_cache_root  # noqa: E402
-from kernelforge.formats import FORMATS  # noqa: E402
-from kernelforge.sources import source_hash  # noqa: E402
+from kernelforge.config import resolve_cache_root
+from kernelforge.formats import FORMATS
+from kernelforge.sources import source_hash
 
 INSTR = re.compile(r"/\*[0-9a-f]{4,}\*/\s+(@!?U?P\w+\s+)?([A-Z][A-Z0-9_.]+)")
-DEFAULT = ["quantize.*.swizzled.bfloat16.aligned.sm_90a.*", "rmsnorm_quantize.*.swizzled.bfloat16.none.h2k.sm_90a.*",
-           "rmsnorm_quantize.*.swizzled.bfloat16.none.h8k.sm_90a.*", "rmsnorm_quantize.*.swizzled.bfloat16.none.h32k.sm_90a.*"]
+DEFAULT = ["quantize.*.swizzled.bfloat16.aligned.sm_90a.*",
+           "rmsnorm_quantize.*.swizzled.bfloat16.none.h2k.sm_90a.*",
+           "rmsnorm_quantize.*.swizzled.bfloat16.none.h8k.sm_90a.*",
+           "rmsnorm_quantize.*.swizzled.bfloat16.none.h32k.sm_90a.*"]
 
 
 def elements_per_thread(entry: dict) -> int:

@@ -22,8 +22,8 @@ from typing import Any, Callable, Sequence
 
 from ..cache import CacheStore, Entry
 from ..cache.store import tmp_dir_is_stale
-from ..sources import source_hash
 from ..errors import CacheNotWritable
+from ..sources import source_hash
 from .freshness import check_selection
 from .keys import runtime_key, variant_key
 from .pool import WorkerError, WorkerLost, WorkerPool, signals_held

@@ -31,9 +31,19 @@ from typing import Any, Iterable
 from kernelforge.cache.entry import Entry
 from kernelforge.cache.layout import META_NAME, SCHEMA_VERSION
 from kernelforge.cache.store import CacheStore
-from kernelforge.cache.transfer import (Rejected, TransferError, TransferReport, bytes_problem, load_local_files,
-                                        parse_entries, read_entries_index, publish_staged, runtime_missing, select_entries,
-                                        stage_file)
+from kernelforge.cache.transfer import (
+    Rejected,
+    TransferError,
+    TransferReport,
+    bytes_problem,
+    load_local_files,
+    parse_entries,
+    publish_staged,
+    read_entries_index,
+    runtime_missing,
+    select_entries,
+    stage_file,
+)
 
 BUNDLE_FORMAT = "kernelforge-bundle"
 BUNDLE_INDEX = "kernelforge-bundle.json"

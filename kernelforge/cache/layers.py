@@ -96,7 +96,7 @@ def _wheel_layer(ep: md.EntryPoint) -> Layer | None:
         return Layer(root, "wheel", label, False, f"its {WHEEL_MANIFEST} is unusable ({exc})")
     problem = compatibility_problem(manifest)
     if problem:
-        problem += f"; install the kernel wheel built with this kernelforge (`kernelforge package`)"
+        problem += "; install the kernel wheel built with this kernelforge (`kernelforge package`)"
     return Layer(root, "wheel", label, False, problem, manifest)
 
 

@@ -29,9 +29,19 @@ from typing import Any, Iterable
 from kernelforge.cache.entry import Entry
 from kernelforge.cache.layout import SCHEMA_VERSION, check_key
 from kernelforge.cache.store import CacheStore
-from kernelforge.cache.transfer import (TransferError, TransferReport, bytes_problem, load_local_files,
-                                        parse_entries, read_entries_index, publish_staged, runtime_key_of, runtime_missing,
-                                        select_entries, stage_file)
+from kernelforge.cache.transfer import (
+    TransferError,
+    TransferReport,
+    bytes_problem,
+    load_local_files,
+    parse_entries,
+    publish_staged,
+    read_entries_index,
+    runtime_key_of,
+    runtime_missing,
+    select_entries,
+    stage_file,
+)
 from kernelforge.errors import CacheError
 
 REMOTE_FORMAT = "kernelforge-remote"
@@ -134,7 +144,8 @@ class Remote:
         self.write(self.path(INDEX_PATH), body.encode())
 
 
-def push(store: CacheStore, url: str, *, only: Iterable[str] | None = None, keys: Iterable[str] | None = None) -> TransferReport:
+def push(store: CacheStore, url: str, *, only: Iterable[str] | None = None,
+         keys: Iterable[str] | None = None) -> TransferReport:
     """Upload the selected local entries the remote's index lacks (see the module docstring)."""
     remote = Remote(url)
     remote.require_writable()

@@ -66,7 +66,8 @@ def _version(value: bool) -> None:
 @app.callback()
 def _main(version: Optional[bool] = typer.Option(None, "--version", "-V", callback=_version, is_eager=True,
                                                  help="Show versions (kernelforge, toolchain, TVM-FFI ABI), the "
-                                                      "default cache root and the local GPU's arch, and exit.")) -> None:
+                                                      "default cache root and the local GPU's arch, and "
+                                                      "exit.")) -> None:
     pass
 
 

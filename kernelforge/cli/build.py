@@ -47,7 +47,8 @@ class _Tally:
 
 
 def build(
-    spec: Optional[List[str]] = typer.Option(None, "--spec", help="Spec file(s); default: the package's kernelforge/data/specs/*.toml."),
+    spec: Optional[List[str]] = typer.Option(None, "--spec", help="Spec file(s); default: the package's "
+                                             "kernelforge/data/specs/*.toml."),
     arch: Optional[List[str]] = typer.Option(None, "--arch", help="Only these arches (e.g. sm_90a)."),
     jobs: Optional[int] = typer.Option(None, "--jobs", "-j", min=1, help="Worker processes (default: CPU count)."),
     cache: Optional[str] = typer.Option(None, "--cache", help="Cache root (else $KERNELFORGE_CACHE_DIR, else cache/)."),
@@ -63,8 +64,8 @@ def build(
                                                       "progress lines when stdout is not a terminal (default: "
                                                       f"${PROGRESS_ENV}, else {DEFAULT_INTERVAL_S:g})."),
     max_size: Optional[str] = typer.Option(None, "--max-size", help="After building, evict least recently used "
-                                           "entries to keep the cache under SIZE (default: $KERNELFORGE_CACHE_MAX_SIZE, "
-                                           "else the cache's `cache limit`)."),
+                                           "entries to keep the cache under SIZE (default: "
+                                           "$KERNELFORGE_CACHE_MAX_SIZE, else the cache's `cache limit`)."),
     verify: bool = typer.Option(False, "--verify", help="Re-hash the cached entries of the selection (and the "
                                 "runtime library, tuning tables) and rebuild damaged ones; without it only sizes "
                                 "are checked."),
@@ -92,7 +93,7 @@ def build(
     except (KeyboardInterrupt, Terminated) as exc:
         what, code = ("terminated", 143) if isinstance(exc, Terminated) else ("interrupted", 130)
         Console(stderr=True).print(tally.line(what), highlight=False, markup=False)
-        raise typer.Exit(code)
+        raise typer.Exit(code) from None
 
 
 @dataclass
@@ -244,7 +245,8 @@ def _build(o: BuildOptions, tally: _Tally) -> None:
         gc_report = gc(store, max_size=limit, protect=protect)
         if gc_report.removed:
             say(f"size limit {human_bytes(limit)} (from {limit_source}): evicted {len(gc_report.removed)} least "
-                f"recently used entr(ies), {human_bytes(gc_report.bytes_before)} -> {human_bytes(gc_report.bytes_after)}")
+                f"recently used entr(ies), {human_bytes(gc_report.bytes_before)} -> "
+                f"{human_bytes(gc_report.bytes_after)}")
         if gc_report.over_limit:
             err.print(f"warning: the cache ({human_bytes(gc_report.bytes_after)}) stays over its size limit "
                       f"{human_bytes(limit)}: this build's selection alone is larger", markup=False)

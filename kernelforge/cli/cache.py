@@ -328,7 +328,7 @@ def clean_cmd(
         report = clean(store, all=all_, keep_toolchain_id=keep_toolchain_id, keep_source_hashes=keep_sources)
     except CacheError as exc:
         _err().print(f"error: {exc}", markup=False, soft_wrap=True)
-        raise typer.Exit(2)
+        raise typer.Exit(2) from None
     if fmt is Fmt.json:
         print(json.dumps({**report.to_dict(), "root_source": source}, indent=1))
         return
@@ -357,7 +357,7 @@ def gc_cmd(
         age = parse_age(older_than) if older_than else None
     except ValueError as exc:
         _err().print(f"error: {exc}", markup=False, soft_wrap=True)
-        raise typer.Exit(2)
+        raise typer.Exit(2) from None
     if limit is None and age is None:
         _err().print("error: nothing to do: give --max-size SIZE or --older-than AGE (or configure `cache limit`)",
                      markup=False)
@@ -370,7 +370,7 @@ def gc_cmd(
         report = gc(store, max_size=limit, older_than_s=age, dry_run=dry_run)
     except CacheError as exc:
         _err().print(f"error: {exc}", markup=False, soft_wrap=True)
-        raise typer.Exit(2)
+        raise typer.Exit(2) from None
     if fmt is Fmt.json:
         print(json.dumps({**report.to_dict(), "root_source": source, "limit_source": limit_source}, indent=1))
         return
@@ -405,7 +405,7 @@ def limit_cmd(
             value = None if size.lower() in ("none", "0", "off") else parse_size(size)
         except ValueError as exc:
             _err().print(f"error: {exc}", markup=False)
-            raise typer.Exit(2)
+            raise typer.Exit(2) from None
         problem = store.writable_problem()
         if problem:
             _err().print(f"error: {problem}", markup=False, soft_wrap=True)
@@ -415,7 +415,7 @@ def limit_cmd(
         limit, limit_source = effective_limit(store)
     except ValueError as exc:
         _err().print(f"error: {exc}", markup=False)
-        raise typer.Exit(2)
+        raise typer.Exit(2) from None
     if fmt is Fmt.json:
         print(json.dumps({"root": str(store.root), "max_size": limit, "source": limit_source}))
         return
@@ -442,7 +442,7 @@ def merge_cmd(
         report = merge(sources, store)
     except CacheError as exc:
         _err().print(f"error: {exc}", markup=False, soft_wrap=True)
-        raise typer.Exit(2)
+        raise typer.Exit(2) from None
     if fmt is Fmt.json:
         print(json.dumps({**report.to_dict(), "root_source": source}, indent=1))
         raise typer.Exit(0 if report.ok else 1)

@@ -109,7 +109,8 @@ def _explain_variants(pattern: str, spec: Optional[List[str]], arch: Optional[Li
         out = Console(highlight=False, soft_wrap=True)
         for row in results:
             out.print(f"{row['name']} [{row['key'][:12]}]: "
-                      + (f"HIT in layer {row['layer']} ({row['reason']})" if row["cached"] else f"MISS: {row['reason']}"),
+                      + (f"HIT in layer {row['layer']} ({row['reason']})" if row["cached"]
+                         else f"MISS: {row['reason']}"),
                       markup=False)
             for line in row["diff"]:
                 out.print(f"  changed: {line}", markup=False)

@@ -36,6 +36,6 @@ def package(
             wheel = package_arch(store, name, out)
         except (CacheError, ValueError) as exc:
             typer.echo(f"error: {name}: {exc}", err=True)
-            raise typer.Exit(1)
+            raise typer.Exit(1) from None
         typer.echo(f"{wheel.path}: {wheel.kernels} kernels, {wheel.runtimes} runtime libraries, "
                    f"{wheel.tuning} tuning tables, {wheel.bytes / 2**20:.1f} MiB")

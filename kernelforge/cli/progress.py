@@ -13,8 +13,7 @@ import time
 from typing import IO
 
 from rich.console import Console
-from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn,
-                           TimeRemainingColumn)
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
 DEFAULT_INTERVAL_S = 30.0
 
@@ -98,8 +97,8 @@ class LineReporter(Reporter):
         rate = self.done_n / elapsed if elapsed > 0 else 0.0
         eta = _clock((self.total - self.done_n) / rate) if rate > 0 else "unknown"
         pct = 100 * self.done_n // self.total if self.total else 100
-        now = f", compiling {self.running[-1]}" + (f" (+{len(self.running) - 1} more)" if len(self.running) > 1 else "") \
-            if self.running else ""
+        more = f" (+{len(self.running) - 1} more)" if len(self.running) > 1 else ""
+        now = f", compiling {self.running[-1]}{more}" if self.running else ""
         return (f"progress: {self.done_n}/{self.total} variants ({pct}%), {rate * 60:.1f}/min, elapsed "
                 f"{_clock(elapsed)}, ETA {eta}, {self.failed} failed{now}")
 

@@ -51,7 +51,7 @@ def _summary(variants: list[Variant]) -> Table:
     for header, kw in (("op", {"no_wrap": True}), ("arch", {"no_wrap": True}), ("variants", {"justify": "right"}),
                        ("K-classes", {}), ("axes", {"overflow": "fold"})):
         table.add_column(header, **kw)
-    for (spec_name, op, arch), members in groups.items():
+    for (_spec_name, op, arch), members in groups.items():
         values: dict[str, list[str]] = {}
         for v in members:
             for a, val in v.coords:

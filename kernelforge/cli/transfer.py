@@ -18,10 +18,10 @@ def run(fn: Callable[..., TransferReport], *args: Any, **kwargs: Any) -> Transfe
         return fn(*args, **kwargs)
     except Rejected as exc:
         Console(stderr=True, highlight=False).print(f"error: {exc}", markup=False, soft_wrap=True)
-        raise typer.Exit(1)
+        raise typer.Exit(1) from None
     except CacheError as exc:
         Console(stderr=True, highlight=False).print(f"error: {exc}", markup=False, soft_wrap=True)
-        raise typer.Exit(2)
+        raise typer.Exit(2) from None
 
 
 def show(report: TransferReport, console: Console, *, as_json: bool = False) -> None:

@@ -31,7 +31,7 @@ def tune(
                 n = import_table(store, path)
             except (ValueError, KernelforgeError) as exc:
                 typer.echo(f"error: {exc}", err=True)
-                raise typer.Exit(2)
+                raise typer.Exit(2) from None
             typer.echo(f"imported {path} into {root} ({source}) as {n}")
         return
     import torch

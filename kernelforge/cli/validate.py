@@ -197,5 +197,5 @@ def validate(
         summary = _validate(cache, tests)
     except ValidateFailed as exc:
         typer.echo(f"validate: FAILED: {exc}")
-        raise typer.Exit(exc.code)
+        raise typer.Exit(exc.code) from None
     typer.echo(f"validate: OK: {summary}")

@@ -244,7 +244,8 @@ def reload_plugins() -> None:
 
 
 def plugin_spec_files() -> list[Path]:
-    """The spec files the installed plugins' (and the code-registered) families ship (read by default next to the package's)."""
+    """The spec files the installed plugins' (and the code-registered) families ship (read by default
+    after the package's own)."""
     return [Path(p) for fam in {**plugin_families(), **_registered}.values() for p in fam.spec_files]
 
 

@@ -12,8 +12,8 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from kernelforge.families import OpFamily
-from kernelforge.spec.schema import AXES, Axis, Constraint, OpSchema, Value
 from kernelforge.formats import FORMATS
+from kernelforge.spec.schema import AXES, Axis, Constraint, OpSchema, Value
 
 
 def _scale_mode_fits_format(c: Mapping[str, Value]) -> str | None:

@@ -69,7 +69,8 @@ def quantize(
         raise ValueError("x: expected at least one dimension (the K dimension)")
     k = shape[-1]
     if k % fmt.block:
-        raise ValueError(f"x: K = {k} (the last dimension) must be a multiple of the {fmt.name} block size B = {fmt.block}")
+        raise ValueError(f"x: K = {k} (the last dimension) must be a multiple of the {fmt.name} "
+                         f"block size B = {fmt.block}")
     device = x.device
     if global_scale is not None:
         c.check_global_scale(global_scale, fmt, device)

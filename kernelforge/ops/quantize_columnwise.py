@@ -51,7 +51,8 @@ def repeat(hit: c.FastCall, x: torch.Tensor, out: tuple) -> bool:
 
 def run(x: torch.Tensor, fmt: Format, mode: str, layout: str, data_dtype: torch.dtype, scale_dtype: torch.dtype,
         rowwise: bool, g_row: Optional[torch.Tensor], g_col: Optional[torch.Tensor], out: Any,
-        transform: str = "none", sign_mask: int = RHT_SIGN_MASK, key: Optional[tuple] = None) -> tuple[torch.Tensor, ...]:
+        transform: str = "none", sign_mask: int = RHT_SIGN_MASK,
+        key: Optional[tuple] = None) -> tuple[torch.Tensor, ...]:
     """Columnwise (and with `rowwise`, also rowwise) quantization of x, leading dims flattened to M.
 
     Returns (data_t, scale_t), or (data, scale, data_t, scale_t) with `rowwise`; `out` is the

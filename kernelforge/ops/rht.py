@@ -70,7 +70,8 @@ def rht_global_scale(x: torch.Tensor, sign_mask: int = cw.RHT_SIGN_MASK) -> torc
 def _quantize_nvfp4_rht_custom(x: torch.Tensor, global_scale_row: Optional[torch.Tensor] = None,
                                global_scale_col: Optional[torch.Tensor] = None, sign_mask: int = cw.RHT_SIGN_MASK,
                                rowwise: bool = True,
-                               layout: str = "swizzled") -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+                               layout: str = "swizzled"
+                               ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
     """NVFP4 rowwise + RHT columnwise (see `kernelforge.quantize_nvfp4_rht`); rowwise pair empty without it."""
     outs = quantize_nvfp4_rht(x, global_scale_row=global_scale_row, global_scale_col=global_scale_col,
                               sign_mask=sign_mask, rowwise=rowwise, columnwise=True, layout=layout)

@@ -341,8 +341,8 @@ class DispatchTable:
                 elif c not in cands:
                     why = f"rejected: arch {c.arch} does not run on {capability[0]}.{capability[1]}"
                 elif c not in accepting:
-                    why = f"rejected: K-class {c.kclass.name} does not accept " + \
-                        f"K={k}, {ptr_align}-byte pointer, {stride_bytes}-byte row stride, M={m} ({_describe(c.kclass)})"
+                    why = (f"rejected: K-class {c.kclass.name} does not accept K={k}, {ptr_align}-byte pointer, "
+                           f"{stride_bytes}-byte row stride, M={m} ({_describe(c.kclass)})")
                 elif c.kclass.name != served.kclass.name or c.arch != served.arch:
                     why = f"passed over: less specialized than {served.kclass.name}/{served.arch}"
                 else:

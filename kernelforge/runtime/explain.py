@@ -151,7 +151,7 @@ def _group_entries(reader: Any, group: str) -> list[dict[str, Any]]:
 def _nearest_group(table: Any, op: str, coords: dict[str, Any]) -> tuple[str, dict[str, Any]] | None:
     best = None
     for reader in table.readers:
-        for g, cands in reader.groups().items():
+        for cands in reader.groups().values():
             if not cands or cands[0].entry.get("op") != op:
                 continue
             d = (cands[0].entry.get("extra") or {}).get("dispatch") or {}

@@ -81,6 +81,7 @@ def table_entries_for(entries: list[dict[str, Any]], device: str, arch_name: str
     mine = []
     for e in entries:
         axes = (e.get("variant") or {}).get("axes") or {}
-        if axes.get("device") == device and axes.get("arch") == arch_name and (axes.get("sources") or {}).get(op) == want:
+        sources = axes.get("sources") or {}
+        if axes.get("device") == device and axes.get("arch") == arch_name and sources.get(op) == want:
             mine.append((str(axes.get("measured", "")), str(e.get("created", "")), e))
     return [t[2] for t in sorted(mine, key=lambda t: t[:2], reverse=True)]

@@ -17,8 +17,7 @@ import kernelforge
 from kernelforge.formats import FORMATS
 from kernelforge.ops import _common
 from kernelforge.ops.quantize_columnwise import hadamard_columns
-from kernelforge.ops.reference import rht_ref
-from kernelforge.ops.reference import quantize_ref
+from kernelforge.ops.reference import quantize_ref, rht_ref
 
 sys.path.insert(0, str(Path(__file__).parent))
 from _fused_helpers import Tally, compare_fused  # noqa: E402

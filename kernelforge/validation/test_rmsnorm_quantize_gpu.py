@@ -97,7 +97,7 @@ def test_3d_input_and_poisoned_caller_outputs(fmt, mode, poison):
     tally = Tally()
     for residual in (False, True):
         x, r, w = _inputs((3, 43, 2048 + 2 * f.block), torch.bfloat16, residual)
-        m, h = 3 * 43, x.shape[-1]
+        h = x.shape[-1]
         d_dtype, s_dtype = getattr(torch, f.data_dtype), getattr(torch, f.scale_dtype)
         data = poison(torch.empty(3, 43, h * f.element_bits // 8, dtype=torch.uint8, device="cuda")).view(d_dtype)
         kb = h // f.block

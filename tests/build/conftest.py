@@ -6,15 +6,13 @@ imported. The shared cache is built once per test module through the real `kerne
 """
 from __future__ import annotations
 
-import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).parent))
-from _kf_build_helpers import ARCH, SELECTION, cutlass_problem  # noqa: E402
+from tests.build._kf_build_helpers import ARCH, SELECTION, cutlass_problem
 
 
 def pytest_collection_modifyitems(config, items):

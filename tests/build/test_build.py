@@ -12,12 +12,10 @@ from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).parent))
-from _kf_build_helpers import ARCH, NAMES, REPO, SELECTION, cli_env, kf_cmd, toolchain_problem  # noqa: E402
-
-from kernelforge.cache import CacheStore, clean, load_index_for_runtime, verify  # noqa: E402
-from kernelforge.errors import CorruptArtifact  # noqa: E402
-from kernelforge.spec import load_specs  # noqa: E402
+from kernelforge.cache import CacheStore, clean, load_index_for_runtime, verify
+from kernelforge.errors import CorruptArtifact
+from kernelforge.spec import load_specs
+from tests.build._kf_build_helpers import ARCH, NAMES, REPO, SELECTION, cli_env, kf_cmd, toolchain_problem
 
 needs_toolchain = pytest.mark.skipif(toolchain_problem() is not None, reason=str(toolchain_problem()))
 needs_binutils = pytest.mark.skipif(not (shutil.which("nm") and shutil.which("readelf")),
@@ -128,7 +126,7 @@ def test_module_exports_and_needed(built_cache):
     runtime = _runtimes(built_cache.root)[0]
     rt_name = Path(runtime["main_path"]).name
     assert rt_name.startswith("libkfrt-") and rt_name.endswith(".so")
-    for name, e in _kernels(built_cache.root).items():
+    for e in _kernels(built_cache.root).values():
         so = e["main_path"]
         nm = subprocess.run(["nm", "-D", "--defined-only", so], capture_output=True, text=True, check=True).stdout
         exported = {line.split()[-1] for line in nm.splitlines() if line.split()[1:2] == ["T"]}

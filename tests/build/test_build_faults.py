@@ -6,16 +6,13 @@ import os
 import re
 import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).parent))
-from _kf_build_helpers import ARCH, cli_env, kf_cmd  # noqa: E402
-
-from kernelforge.cache import CacheStore, load_index_for_runtime, verify  # noqa: E402
+from kernelforge.cache import CacheStore, load_index_for_runtime, verify
+from tests.build._kf_build_helpers import ARCH, cli_env, kf_cmd
 
 # Large enough that a -j 2 build is still compiling when signalled (~0.2 s per warm compile).
 FAULT_SELECTION = "quantize.mxfp8.*.t128u1"
@@ -229,9 +226,8 @@ def test_remove_stale_staging(tmp_path):
 
 @needs_proc
 def test_pool_replaces_a_dead_worker_and_reports_only_its_task():
-    from _kf_build_helpers import pool_task
-
     from kernelforge.build.pool import WorkerLost, WorkerPool
+    from tests.build._kf_build_helpers import pool_task
 
     tasks = [("ok", i) for i in range(6)] + [("die", 6)] + [("ok", i) for i in range(7, 10)]
     with WorkerPool(pool_task, 2) as pool:
@@ -245,9 +241,8 @@ def test_pool_replaces_a_dead_worker_and_reports_only_its_task():
 
 @needs_proc
 def test_pool_stops_when_every_worker_keeps_dying():
-    from _kf_build_helpers import pool_task
-
     from kernelforge.build.pool import WorkerLost, WorkerPool
+    from tests.build._kf_build_helpers import pool_task
 
     with WorkerPool(pool_task, 2) as pool:
         outcomes = dict(pool.run([("die", i) for i in range(4)]))
@@ -259,9 +254,8 @@ def test_pool_stops_when_every_worker_keeps_dying():
 def test_pool_workers_ignore_sigint_and_an_exception_terminates_them():
     """Ctrl-C reaches the workers too: they ignore it (the builder decides), and leaving the pool
     by an exception (KeyboardInterrupt in the builder) terminates them at once, mid-task."""
-    from _kf_build_helpers import pool_task
-
     from kernelforge.build.pool import WorkerPool
+    from tests.build._kf_build_helpers import pool_task
 
     tasks = [("sigint", i) for i in range(3)] + [("sleep", 3), ("sleep", 4)]
     with pytest.raises(KeyboardInterrupt):

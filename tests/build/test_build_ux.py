@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from _kf_build_helpers import ARCH, NAMES, REPO, SELECTION, cli_env, kf_cmd
 from kernelforge.cache import CacheStore
+from tests.build._kf_build_helpers import ARCH, NAMES, REPO, SELECTION, cli_env, kf_cmd
 
 pytestmark = pytest.mark.slow
 
@@ -36,8 +36,8 @@ def test_dry_run_lists_what_the_build_builds_and_json_matches_the_cache(tmp_path
     proc = subprocess.run(kf_cmd("build", *sel, "--format", "json", "--progress-interval", "0.2"),
                           capture_output=True, text=True, env=cli_env(), cwd=REPO, timeout=300)
     assert proc.returncode == 0, proc.stderr
-    progress = [l for l in proc.stderr.splitlines() if l.startswith("progress: ")]
-    assert progress and any("ETA" in l and "compiling quantize." in l for l in progress), proc.stderr
+    progress = [line for line in proc.stderr.splitlines() if line.startswith("progress: ")]
+    assert progress and any("ETA" in line and "compiling quantize." in line for line in progress), proc.stderr
     report = json.loads(proc.stdout)
     built = {v["name"] for v in report["variants"] if v["status"] == "built"}
     assert built == planned  # exactly what the dry run listed

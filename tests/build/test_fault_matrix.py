@@ -18,8 +18,7 @@ from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).parent))
-from _kf_build_helpers import ARCH, NAMES, REPO, SELECTION, cli_env, kf_cmd  # noqa: E402
+from tests.build._kf_build_helpers import ARCH, NAMES, REPO, SELECTION, cli_env, kf_cmd
 
 pytestmark = pytest.mark.slow
 

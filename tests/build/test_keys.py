@@ -13,9 +13,7 @@ import pytest
 from kernelforge.build.keys import canonical_json, runtime_key, variant_key
 from kernelforge.sources import OP_SOURCES, hash_files, source_files, source_hash
 from kernelforge.spec import load_specs
-
-sys.path.insert(0, str(Path(__file__).parent))
-from _kf_build_helpers import REPO, toolchain_problem  # noqa: E402
+from tests.build._kf_build_helpers import REPO, toolchain_problem
 
 pytestmark = pytest.mark.skipif(toolchain_problem() is not None, reason=str(toolchain_problem()))
 

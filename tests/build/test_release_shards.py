@@ -10,24 +10,21 @@ import json
 import random
 import shutil
 import subprocess
-import sys
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 from typer.testing import CliRunner
 
-sys.path.insert(0, str(Path(__file__).parent))
-from _kf_build_helpers import ARCH, REPO, cli_env, kf_cmd, toolchain_problem  # noqa: E402
-
-from kernelforge.build.hermetic import ignored_compile_env, pin_compile_env  # noqa: E402
-from kernelforge.build.reproducible import DIFFERS, OK, compare_entry  # noqa: E402
-from kernelforge.build.shard import in_shard, parse_shard, shard_of  # noqa: E402
-from kernelforge.cache import CacheStore, verify  # noqa: E402
-from kernelforge.cache.index import write_index  # noqa: E402
-from kernelforge.cache.merge import merge  # noqa: E402
-from kernelforge.cache.store import sha256_file  # noqa: E402
-from kernelforge.cli import app  # noqa: E402
+from kernelforge.build.hermetic import ignored_compile_env, pin_compile_env
+from kernelforge.build.reproducible import DIFFERS, OK, compare_entry
+from kernelforge.build.shard import in_shard, parse_shard, shard_of
+from kernelforge.cache import CacheStore, verify
+from kernelforge.cache.index import write_index
+from kernelforge.cache.merge import merge
+from kernelforge.cache.store import sha256_file
+from kernelforge.cli import app
+from tests.build._kf_build_helpers import ARCH, REPO, cli_env, kf_cmd, toolchain_problem
 
 # Four variants (2 K-classes x 2 thread counts) of the cheapest op to compile.
 SELECTION = "quantize.mxfp8.floor.linear.bfloat16.*"

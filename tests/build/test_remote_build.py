@@ -1,18 +1,15 @@
 """Remote stores and bundles on a real build, and `kernelforge build --remote` (marked slow: compiles)."""
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
 import pytest
 from typer.testing import CliRunner
 
-sys.path.insert(0, str(Path(__file__).parent))
-from _kf_build_helpers import ARCH, NAMES, SELECTION  # noqa: E402
-
-from kernelforge.cache import CacheStore, verify  # noqa: E402
-from kernelforge.cache.bundle import export_bundle, import_bundle  # noqa: E402
-from kernelforge.cache.remote import pull, push  # noqa: E402
+from kernelforge.cache import CacheStore, verify
+from kernelforge.cache.bundle import export_bundle, import_bundle
+from kernelforge.cache.remote import pull, push
+from tests.build._kf_build_helpers import ARCH, NAMES, SELECTION
 
 pytestmark = pytest.mark.slow
 

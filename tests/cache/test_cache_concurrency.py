@@ -10,10 +10,8 @@ import time
 from collections import Counter
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).parent))
-import _cache_helpers as h  # noqa: E402
-
-from kernelforge.cache import CacheStore, clean, verify  # noqa: E402
+from kernelforge.cache import CacheStore, clean, verify
+from tests.cache import _cache_helpers as h
 
 
 def test_four_processes_build_each_key_once(tmp_path: Path) -> None:

@@ -2,15 +2,12 @@
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).parent))
-import _cache_helpers as h  # noqa: E402
-
-from kernelforge.cache import CacheStore, clean, stats, verify  # noqa: E402
+from kernelforge.cache import CacheStore, clean, stats, verify
+from tests.cache import _cache_helpers as h
 
 
 @pytest.fixture

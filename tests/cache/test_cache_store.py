@@ -9,12 +9,10 @@ from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).parent))
-import _cache_helpers as h  # noqa: E402
-
-from kernelforge.cache import SCHEMA_VERSION, CacheStore, Entry, clean, load_index_for_runtime, verify  # noqa: E402
-from kernelforge.cache import store as store_mod  # noqa: E402
-from kernelforge.errors import CacheError  # noqa: E402
+from kernelforge.cache import SCHEMA_VERSION, CacheStore, Entry, clean, load_index_for_runtime, verify
+from kernelforge.cache import store as store_mod
+from kernelforge.errors import CacheError
+from tests.cache import _cache_helpers as h
 
 
 @pytest.fixture

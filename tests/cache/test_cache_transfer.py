@@ -6,7 +6,6 @@ import http.server
 import io
 import json
 import socket
-import sys
 import tarfile
 import threading
 from pathlib import Path
@@ -16,14 +15,12 @@ import pytest
 import typer
 from typer.testing import CliRunner
 
-sys.path.insert(0, str(Path(__file__).parent))
-import _cache_helpers as h  # noqa: E402
-
-from kernelforge.cache import CacheStore, verify  # noqa: E402
-from kernelforge.cache.bundle import BUNDLE_INDEX, export_bundle, import_bundle  # noqa: E402
-from kernelforge.cache.remote import INDEX_PATH, Remote, pull, push  # noqa: E402
-from kernelforge.cache.transfer import Rejected, TransferError  # noqa: E402
-from kernelforge.cli import cache as cache_cli  # noqa: E402
+from kernelforge.cache import CacheStore, verify
+from kernelforge.cache.bundle import BUNDLE_INDEX, export_bundle, import_bundle
+from kernelforge.cache.remote import INDEX_PATH, Remote, pull, push
+from kernelforge.cache.transfer import Rejected, TransferError
+from kernelforge.cli import cache as cache_cli
+from tests.cache import _cache_helpers as h
 
 root_app = typer.Typer()
 root_app.add_typer(cache_cli.app, name="cache")

@@ -72,15 +72,15 @@ def test_line_reporter_prints_within_the_period_and_every_10_percent():
     rep.start(20)
     rep.begin("v0")
     time.sleep(0.35)
-    timed = [l for l in out.getvalue().splitlines() if l.startswith("progress:")]
+    timed = [line for line in out.getvalue().splitlines() if line.startswith("progress:")]
     assert len(timed) >= 2, out.getvalue()  # a slow compile still shows the build alive
     assert "0/20 variants (0%)" in timed[0] and "compiling v0" in timed[0] and "ETA" in timed[0]
     rep.done("v0", False)
     rep.done("v1", True)
     rep.stop()
     lines = out.getvalue().splitlines()
-    assert any("2/20 variants (10%)" in l and "1 failed" in l for l in lines), lines
-    assert all(len(l) < 400 and "\n" not in l for l in lines)
+    assert any("2/20 variants (10%)" in line and "1 failed" in line for line in lines), lines
+    assert all(len(line) < 400 and "\n" not in line for line in lines)
 
 
 # ---- 5. exit codes and plain error text ----
@@ -125,7 +125,7 @@ def test_help_documents_exit_codes_and_completion():
 def test_specs_show_fits_a_terminal():
     r = kf("specs", "show", env={"COLUMNS": "100"})
     assert r.exit_code == 0
-    assert max(len(l) for l in r.stdout.splitlines()) <= 100, r.stdout
+    assert max(len(line) for line in r.stdout.splitlines()) <= 100, r.stdout
     wide = kf("specs", "show", "--wide", "--only", "quantize.mxfp8.floor.linear.bfloat16.*")
     assert "units_per_thread" in wide.stdout and "k_multiple_blocks" in wide.stdout
 

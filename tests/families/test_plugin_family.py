@@ -99,10 +99,10 @@ def site(tmp_path):
 @pytest.fixture
 def on_path(site):
     """The plugin importable in this process (and forgotten again afterwards)."""
-    sys.path.insert(0, str(site))
-    reload_plugins()
-    yield site
-    sys.path.remove(str(site))
+    with pytest.MonkeyPatch.context() as mp:
+        mp.syspath_prepend(str(site))
+        reload_plugins()
+        yield site
     sys.modules.pop("kf_demo_plugin", None)
     reload_plugins()
 
@@ -161,12 +161,12 @@ def test_builtin_ops_never_scan_entry_points(monkeypatch):
     reload_plugins()
 
 
-def test_broken_plugin_warns_once_and_builtins_still_work(tmp_path, on_path):
+def test_broken_plugin_warns_once_and_builtins_still_work(tmp_path, on_path, monkeypatch):
     bad = tmp_path / "bad"
     write_dist(bad, "kf-broken", "1.0", "broken = kf_no_such_module:FAMILY\nclash = kf_clash:FAMILY",
                {"kf_clash/__init__.py": PLUGIN.replace('"demo_quantize", ("format"', '"quantize", ("format"')
                 .replace("HERE / \"demo_quantize.toml\"", "HERE / \"none.toml\"")})
-    sys.path.insert(0, str(bad))
+    monkeypatch.syspath_prepend(str(bad))
     reload_plugins()
     try:
         with warnings.catch_warnings(record=True) as caught:
@@ -181,7 +181,7 @@ def test_broken_plugin_warns_once_and_builtins_still_work(tmp_path, on_path):
         assert OP in found and "quantize" not in found  # the good plugin still loads
         assert get_family("quantize").distribution == ""  # the built-in is never replaced
     finally:
-        sys.path.remove(str(bad))
+        monkeypatch.undo()  # bad/ off sys.path before the plugins are reloaded
         sys.modules.pop("kf_clash", None)
         reload_plugins()
 
@@ -196,9 +196,8 @@ def test_specs_show_lists_the_plugin_variants(site):
 
 
 @pytest.mark.slow
-def test_plugin_builds_on_cpu_and_resolves(site, tmp_path):
-    sys.path.insert(0, str(REPO / "tests" / "build"))
-    from _kf_build_helpers import cutlass_problem, toolchain_problem
+def test_plugin_builds_on_cpu_and_resolves(site, tmp_path, monkeypatch):
+    from tests.build._kf_build_helpers import cutlass_problem, toolchain_problem
 
     problem = cutlass_problem() or toolchain_problem()
     if problem:
@@ -216,7 +215,7 @@ def test_plugin_builds_on_cpu_and_resolves(site, tmp_path):
     entries = {e.name: e for e in CacheStore(cache).index().values() if e.op == OP}
     assert sorted(entries) == sorted(NAMES), proc.stdout
     src = expected_source_hash(site)
-    sys.path.insert(0, str(site))
+    monkeypatch.syspath_prepend(str(site))
     reload_plugins()
     try:
         variants = {v.name: v for v in load_specs([site / "kf_demo_plugin" / "demo_quantize.toml"])}
@@ -224,7 +223,7 @@ def test_plugin_builds_on_cpu_and_resolves(site, tmp_path):
             assert e.source_hash == src
             assert e.key == variant_key(variants[name].canonical(), src, toolchain())
     finally:
-        sys.path.remove(str(site))
+        monkeypatch.undo()  # site/ off sys.path before the plugins are reloaded
         sys.modules.pop("kf_demo_plugin", None)
         reload_plugins()
     res = subprocess.run([sys.executable, "-c", RESOLVE, str(cache)], capture_output=True, text=True, env=env,

@@ -16,10 +16,16 @@ import torch
 
 import kernelforge
 from kernelforge.ops import _common
-from kernelforge.ops import quantize_columnwise as cw
 from kernelforge.ops.reference import (
-    FLT_MAX, dequantize_ref, e2m1_decode, nvfp4_global_scale_ref, quantize_experts_ref, quantize_grouped_ref,
-    quantize_ref, rht_global_scale_ref, unpack_fp4,
+    FLT_MAX,
+    dequantize_ref,
+    e2m1_decode,
+    nvfp4_global_scale_ref,
+    quantize_experts_ref,
+    quantize_grouped_ref,
+    quantize_ref,
+    rht_global_scale_ref,
+    unpack_fp4,
 )
 
 CUDA_ONLY = r"^(x|w): expected a CUDA tensor, got a tensor on cpu"

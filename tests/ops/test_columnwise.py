@@ -12,8 +12,7 @@ from torch._subclasses.fake_tensor import FakeTensorMode
 import kernelforge
 from kernelforge.formats import FORMATS
 from kernelforge.ops.quantize_columnwise import hadamard_columns
-from kernelforge.ops.reference import (quantize_columnwise_ref, quantize_nvfp4_rht_ref, quantize_ref,
-                                       rht_matrix, rht_ref)
+from kernelforge.ops.reference import quantize_columnwise_ref, quantize_nvfp4_rht_ref, quantize_ref, rht_matrix, rht_ref
 from kernelforge.spec import load_specs
 from kernelforge.spec.model import KClass
 

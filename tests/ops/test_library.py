@@ -2,6 +2,7 @@
 exact shapes and dtypes, and torch.compile(fullgraph=True) tracing with no graph break."""
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
 
@@ -12,9 +13,9 @@ from torch._subclasses.fake_tensor import FakeTensorMode
 import kernelforge
 import kernelforge.ops  # noqa: F401  (registers torch.ops.kernelforge.*)
 from kernelforge.formats import FORMATS
+from tests.ops._compile_helpers import capture
 
-sys.path.insert(0, str(Path(__file__).parent))
-from _compile_helpers import capture  # noqa: E402
+REPO = Path(__file__).resolve().parents[2]
 
 
 def expected(fmt: str, shape: tuple[int, ...], layout: str):
@@ -103,11 +104,10 @@ def test_compile_with_out_buffers_copies_into_them():
 FRESH_COMPILE = r"""
 import json, sys
 import torch
-sys.path.insert(0, sys.argv[1])
-from _compile_helpers import capture
+from tests.ops._compile_helpers import capture
 import kernelforge
 x = torch.randn(3, 5, 256, dtype=torch.bfloat16)
-if sys.argv[2] == "quantize":
+if sys.argv[1] == "quantize":
     def block(x, r, w, g):
         d0, s0 = kernelforge.quantize(x * 2, "nvfp4", layout="swizzled", global_scale=g)
         d1, s1 = kernelforge.rmsnorm_quantize(x, w, "mxfp8", scale_mode="rceil")
@@ -132,14 +132,16 @@ def _fresh(code: str, *args: str) -> dict:
     import json
     import subprocess
 
-    proc = subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True)
+    # The repository root on the child's path, for `tests.ops._compile_helpers` (and this checkout's kernelforge).
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))}
+    proc = subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True, env=env)
     assert proc.returncode == 0, proc.stderr[-4000:]
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
 @pytest.mark.parametrize("first", ["quantize", "grouped"])
 def test_compile_fullgraph_in_a_fresh_process(first):
-    info = _fresh(FRESH_COMPILE, str(Path(__file__).parent), first)
+    info = _fresh(FRESH_COMPILE, first)
     names = (("quantize", "rmsnorm_quantize", "add_rmsnorm_quantize") if first == "quantize" else
              ("quantize_experts", "quantize_grouped", "quantize_columnwise", "quantize_nvfp4_rht"))
     for name in names:

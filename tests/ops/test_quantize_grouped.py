@@ -8,8 +8,6 @@ below is raised exactly as it would be on a GPU; a fully valid CPU call ends at 
 from __future__ import annotations
 
 import re
-import sys
-from pathlib import Path
 
 import pytest
 import torch
@@ -20,11 +18,12 @@ import kernelforge.ops  # noqa: F401  (registers torch.ops.kernelforge.*)
 from kernelforge.formats import FORMATS
 from kernelforge.ops.quantize_grouped import MAX_GROUPS, grouped_rows
 from kernelforge.ops.reference import (
-    from_swizzled, quantize_experts_ref, quantize_grouped_ref, quantize_ref,
+    from_swizzled,
+    quantize_experts_ref,
+    quantize_grouped_ref,
+    quantize_ref,
 )
-
-sys.path.insert(0, str(Path(__file__).parent))
-from _compile_helpers import capture  # noqa: E402
+from tests.ops._compile_helpers import capture
 
 quantize_experts = kernelforge.quantize_experts
 quantize_grouped = kernelforge.quantize_grouped

@@ -20,9 +20,9 @@ from pathlib import Path
 
 import pytest
 
+from tests.build._kf_build_helpers import ARCH, SELECTION, cutlass_problem
+
 REPO = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(REPO / "tests" / "build"))
-from _kf_build_helpers import ARCH, SELECTION, cutlass_problem  # noqa: E402
 
 COORDS = {"format": "mxfp8", "scale_mode": "floor", "layout": "linear", "dtype": "bfloat16"}
 RUNTIME_DEPS = ["torch==2.13.0", "apache-tvm-ffi==0.1.15.post2", "filelock", "typer", "rich"]

@@ -99,7 +99,7 @@ def test_variant_accessors(variants, default_spec):
     assert [a for a, _ in v.coords] == list(OP_SCHEMAS["quantize"].axes)
     assert v.spec_file == str(default_spec)
     with pytest.raises(AttributeError, match="no axis 'colour'"):
-        v.colour
+        _ = v.colour
     with pytest.raises(KeyError, match="colour"):
         v.get("colour")
     assert pickle.loads(pickle.dumps(v)) == v

@@ -13,7 +13,6 @@ import sys
 from pathlib import Path
 
 import pytest
-
 from kf_silu_quant.family import OP
 
 PACKAGE_ROOT = Path(__file__).resolve().parents[1]

@@ -4,9 +4,9 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-import tomllib
 from pathlib import Path
 
+import tomllib
 from kf_silu_quant import __version__
 from kf_silu_quant.family import DISTRIBUTION, OP, SPEC_FILE
 

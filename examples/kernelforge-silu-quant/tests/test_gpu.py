@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import pytest
 import torch
-
 from kf_silu_quant.reference import silu_mul_explicit_ref, silu_mul_quantize_ref, silu_mul_ref
 
 pytestmark = pytest.mark.gpu

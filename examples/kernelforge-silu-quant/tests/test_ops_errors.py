@@ -3,7 +3,6 @@ from __future__ import annotations
 
 import pytest
 import torch
-
 from kf_silu_quant.ops import silu_mul_quantize
 
 X = torch.zeros(4, 128, dtype=torch.bfloat16)  # N = 64: two MXFP8 blocks, four NVFP4 blocks

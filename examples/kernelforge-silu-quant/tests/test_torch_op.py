@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import pytest
 import torch
-
 from kf_silu_quant.ops import silu_mul_quantize, silu_mul_quantize_op
 
 CASES = [  # format, mode, layout, x shape -> data shape, scale shape, dtypes

@@ -1,10 +1,11 @@
+"""Fixtures shared by tests/spec and tests/cli (`kernelforge specs show`): the default spec file."""
 from __future__ import annotations
 
 from pathlib import Path
 
 import pytest
 
-DEFAULT_SPEC = Path(__file__).resolve().parents[2] / "kernelforge" / "data" / "specs" / "quantize.toml"
+DEFAULT_SPEC = Path(__file__).resolve().parents[1] / "kernelforge" / "data" / "specs" / "quantize.toml"
 
 
 @pytest.fixture(scope="session")

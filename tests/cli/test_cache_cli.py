@@ -10,11 +10,9 @@ import pytest
 import typer
 from typer.testing import CliRunner
 
-sys.path.insert(0, str(Path(__file__).parent))
-import _cache_helpers as h  # noqa: E402
-
-from kernelforge.cache import CacheStore  # noqa: E402
-from kernelforge.cli import cache as cache_cli  # noqa: E402
+from kernelforge.cache import CacheStore
+from kernelforge.cli import cache as cache_cli
+from tests.cache import _cache_helpers as h
 
 root_app = typer.Typer()
 root_app.add_typer(cache_cli.app, name="cache")
@@ -40,7 +38,7 @@ def test_ls_table_and_json(store: CacheStore) -> None:
     res = run("ls", "--cache", str(store.root))
     assert res.exit_code == 0, res.output
     assert "q_mxfp8_k128" in res.output and "q_nvfp4_k64" in res.output
-    assert f"(from --cache)" in res.output and "2 entries" in res.output
+    assert "(from --cache)" in res.output and "2 entries" in res.output
 
     res = run("ls", "--cache", str(store.root), "--format", "json")
     data = json.loads(res.stdout)

@@ -13,8 +13,8 @@ import pytest
 from kernelforge.cache import CacheStore
 from kernelforge.runtime import dispatch
 from kernelforge.runtime.tuning import M_BUCKETS, SCHEMA, TuningTable, heuristic_rank, m_bucket
-from kernelforge.tuner.tables import publish_table
 from kernelforge.sources import source_hash
+from kernelforge.tuner.tables import publish_table
 
 COORDS = {"format": "nvfp4", "scale_mode": "none", "layout": "swizzled", "dtype": "bfloat16", "residual": "none"}
 GROUP = "rmsnorm_quantize|dtype=bfloat16,format=nvfp4,layout=swizzled,residual=none,scale_mode=none"
