@@ -174,7 +174,8 @@ QUANTIZE_GROUPED = OpFamily(
     args=("x", "group_offsets", "data", "scale", "scale_offsets", "global_scale"),
     heuristic=quantize_grouped_heuristic,
     timing_calls=quantize_grouped_timing,
-    api=("kernelforge.ops.quantize_grouped:quantize_experts", "kernelforge.ops.quantize_grouped:quantize_grouped"),
+    api=("kernelforge.ops.quantize_grouped:quantize_experts", "kernelforge.ops.quantize_grouped:quantize_grouped",
+         "kernelforge.ops.quantize_grouped:group_offsets_valid"),
 )
 
 # Columnwise (x.T) quantization, alone or with the rowwise output from one read of x ("dual");

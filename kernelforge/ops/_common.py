@@ -37,6 +37,7 @@ class FastCall(NamedTuple):
     arg: Any  # the op's extra kernel arguments (its global-scale argument(s))
     x_bytes: int  # byte extent of an input of the remembered shape and strides
     out_spans: tuple[tuple[int, int], ...]  # [start, end) byte addresses of the out buffers
+    alloc: tuple = ()  # for an allocating call: what `allocate` makes (shapes, dtypes, device)
 
 
 # Validated calls into caller buffers, by the op's fast-path key; see `remember_fast`.
@@ -48,7 +49,7 @@ def _no_tensor() -> None:
 
 
 def remember_fast(key: tuple, fn: Callable, tensors: tuple, arg: Any, x: torch.Tensor,
-                  outs: Sequence[torch.Tensor]) -> None:
+                  outs: Sequence[torch.Tensor], alloc: tuple = ()) -> None:
     """Record a fully validated call so the op's fast path can repeat it without re-checking.
 
     The key holds everything validation depended on: the input's shape, strides, dtype and
@@ -57,13 +58,21 @@ def remember_fast(key: tuple, fn: Callable, tensors: tuple, arg: Any, x: torch.T
     keeps weak references that must resolve to the very same objects. Pointer alignment and
     dtypes are checked again by the kernel's TVM-FFI wrapper on every call. The input x is
     keyed by layout only, so a later x may lie anywhere: the entry keeps the out buffers'
-    address ranges and x's byte extent for `fast_hit`.
+    address ranges and x's byte extent for `fast_hit`. An allocating call (no out buffers) is
+    remembered with `alloc`, the `(data shape, scale shape, data dtype, scale dtype, device)` of
+    the fresh outputs, which `allocate` makes again.
     """
     if len(fast_calls) >= MAX_FAST_CALLS:
         fast_calls.clear()  # bounded: a loop over fresh buffers must not grow it forever
     refs = tuple(_no_tensor if t is None else weakref.ref(t) for t in tensors)
     start, end = byte_span(x)
-    fast_calls[key] = FastCall(fn, refs, arg, end - start, tuple(byte_span(o) for o in outs))
+    fast_calls[key] = FastCall(fn, refs, arg, end - start, tuple(byte_span(o) for o in outs), alloc)
+
+
+def allocate(hit: FastCall) -> tuple[torch.Tensor, torch.Tensor]:
+    """Fresh (data, scale) outputs of a remembered allocating call."""
+    d_shape, s_shape, data_dtype, scale_dtype, device = hit.alloc
+    return torch.empty(d_shape, dtype=data_dtype, device=device), torch.empty(s_shape, dtype=scale_dtype, device=device)
 
 
 def fast_hit(key: tuple, x: torch.Tensor, tensors: tuple) -> Optional[FastCall]:

@@ -97,6 +97,7 @@ def quantize_grouped(
     scale_mode: str = "floor",
     global_scale: Optional[torch.Tensor] = None,
     out: Optional[tuple[torch.Tensor, torch.Tensor, torch.Tensor]] = None,
+    check_offsets: bool = False,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Rowwise block-scaled quantization of the row groups of `x [T, K]` in one launch, with
     swizzled scales laid out per group (what grouped block-scaled GEMMs read).
@@ -114,10 +115,15 @@ def quantize_grouped(
     buffers of exactly those shapes and dtypes (uint8 accepted for data and scale) that overlap
     neither each other nor x, group_offsets or global_scale.
 
-    The values of group_offsets are checked with a host read (a device sync), except while a
-    CUDA graph is being captured: then they are not checked, and the kernel clamps them to
-    stay in bounds (`end[g] = clamp(max(group_offsets[0..g]), 0, T)`). Under torch.compile this
-    is the `kernelforge::quantize_grouped` op.
+    The values of group_offsets are read on the device only: the call never synchronizes (an
+    MoE layer must not). Invalid values give a defined result: the kernel uses the group ends
+    `end[g] = clamp(max(group_offsets[0..g]), 0, T)` (the identity for valid offsets), so it
+    never reads or writes out of bounds; scale_offsets and scale are those of these groups, and
+    the data rows after the last clamped end are left unwritten. `group_offsets_valid` gives a
+    deferred check (a device bool, no sync); `check_offsets=True` checks the values with a host
+    read first and raises ValueError naming the first bad one (a sync: for debugging; skipped
+    while a CUDA graph is being captured on their device). Under torch.compile this is the
+    `kernelforge::quantize_grouped` op (offsets unchecked).
     """
     if torch.compiler.is_compiling():
         return copy_into(out, quantize_grouped_op.custom(x, group_offsets, format, scale_mode, global_scale))
@@ -144,7 +150,10 @@ def quantize_grouped(
     c.check_disjoint((("out[2] (scale_offsets)", offsets_out),), inputs)
     if device.type == "cuda":
         c.check_launch_device(device)  # before the host read of the offsets below
-    _check_offset_values(group_offsets, t)
+    if check_offsets is not False:
+        if check_offsets is not True:
+            raise TypeError(f"check_offsets: expected a bool, got {type(check_offsets).__name__}")
+        _check_offset_values(group_offsets, t)
     data, scale = c.output_buffers(None if out is None else out[:2], device, d_shape, s_shape, data_dtype,
                                    scale_dtype, (*inputs, ("out[2] (scale_offsets)", offsets_out)))
     if offsets_out is None:
@@ -214,6 +223,22 @@ def _check_offset_values(offsets: torch.Tensor, t: int) -> None:
         prev = end
     if prev != t:
         raise ValueError(f"group_offsets: the last value must be T = {t} (the rows of x), got {prev}")
+
+
+def group_offsets_valid(group_offsets: torch.Tensor, t: int) -> torch.Tensor:
+    """Whether `group_offsets` are valid cumulative group ends for T = `t` rows (non-decreasing,
+    >= 0, the last equal to T), as a bool tensor [] on their device, computed there without a
+    host sync: the deferred form of `quantize_grouped(..., check_offsets=True)`. Read it (e.g.
+    `assert ok`) where a sync is acceptable, or fold it into a flag checked later."""
+    if not isinstance(group_offsets, torch.Tensor) or group_offsets.dim() != 1 or group_offsets.numel() == 0:
+        raise ValueError("group_offsets: expected a non-empty 1-D tensor [G] of cumulative group ends")
+    if isinstance(t, bool) or not isinstance(t, int) or t < 0:
+        raise ValueError(f"t: expected the number of rows of x (an int >= 0), got {t!r}")
+    o = group_offsets
+    ok = (o[0] >= 0) & (o[-1] == t)
+    if o.numel() > 1:
+        ok = ok & (o[1:] >= o[:-1]).all()
+    return ok
 
 
 def _quantize_experts_custom(w: torch.Tensor, format: str, layout: str = "swizzled", scale_mode: str = "floor",

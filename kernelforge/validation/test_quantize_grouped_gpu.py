@@ -280,12 +280,13 @@ def test_grouped_cuda_graph_capture_and_replay(poison):
         _same(f"replay {step} data", _bytes(out[0]), rd)
 
 
+@pytest.mark.parametrize("mode", ["capture", "eager"])
 @pytest.mark.parametrize("bad", [[-5, 300, 100, 10**9], [100, 50, 80, 120], [-2**31, -1, 0, 2**31 - 1],
                                  [250, 250, 250, 250], [0, 0, 0, 0]])
-def test_invalid_offsets_under_capture_stay_in_bounds(bad, poison):
-    """Offsets are not checked while capturing: the kernel clamps them (end[g] = clamp(max(
-    offsets[0..g]), 0, T)), writes exactly what the reference writes for the clamped groups, and
-    nothing outside its buffers (guard bytes around each)."""
+def test_invalid_offsets_stay_in_bounds(bad, mode, poison):
+    """Offsets are never read on the host (eagerly or while capturing): the kernel clamps them
+    (end[g] = clamp(max(offsets[0..g]), 0, T)), writes exactly what the reference writes for the
+    clamped groups, and nothing outside its buffers (guard bytes around each)."""
     t, k, groups, guard = 250, 128, 4, 4096
     x = _random(t, k, dtype=torch.float32)
     f = FORMATS["mxfp8"]
@@ -299,13 +300,20 @@ def test_invalid_offsets_under_capture_stay_in_bounds(bad, poison):
     offsets = _ends([60, 60, 60, 70])
     kernelforge.quantize_grouped(x, offsets, "mxfp8", out=out)  # warm-up with valid offsets
     torch.cuda.synchronize()
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        kernelforge.quantize_grouped(x, offsets, "mxfp8", out=out)
+    if mode == "capture":
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            kernelforge.quantize_grouped(x, offsets, "mxfp8", out=out)
     offsets.copy_(torch.tensor(bad, dtype=torch.int32))
     for o in out:
         poison(o)
-    graph.replay()
+    if mode == "capture":
+        graph.replay()
+    else:
+        assert not bool(kernelforge.group_offsets_valid(offsets, t))
+        with pytest.raises(ValueError, match=r"^group_offsets: "):
+            kernelforge.quantize_grouped(x, offsets, "mxfp8", out=out, check_offsets=True)
+        kernelforge.quantize_grouped(x, offsets, "mxfp8", out=out)
     torch.cuda.synchronize()
     for name, buf, n in (("data", d_buf, d_n), ("scale", s_buf, s_n)):
         assert (buf[:guard] == 0xA5).all() and (buf[guard + n:] == 0xA5).all(), f"{name}: written out of bounds"
@@ -317,6 +325,21 @@ def test_invalid_offsets_under_capture_stay_in_bounds(bad, poison):
     _same("clamped scale", _bytes(out[1])[: rs.shape[0]], rs)
     assert not _bytes(out[1])[rs.shape[0]:].any(), "rows after the last group must be zero"
     _same("clamped data", _bytes(out[0])[:covered], rd)
+
+
+def test_eager_call_never_synchronizes():
+    """An eager quantize_grouped call returns while earlier work on its stream still runs: the
+    offsets are not read on the host (a read would wait for the spin kernel queued before)."""
+    x = _random(512, 256, dtype=torch.bfloat16)
+    offsets = _ends([100, 0, 300, 112])
+    kernelforge.quantize_grouped(x, offsets, "nvfp4")  # load the kernel first
+    torch.cuda.synchronize()
+    stream = torch.cuda.current_stream()
+    torch.cuda._sleep(200_000_000)  # ~0.1 s of GPU time at H100 clocks
+    kernelforge.quantize_grouped(x, offsets, "nvfp4")
+    still_running = not stream.query()
+    torch.cuda.synchronize()
+    assert still_running, "quantize_grouped waited for the stream (a host read of the offsets?)"
 
 
 def test_torch_compile_and_opcheck():

@@ -262,6 +262,29 @@ def test_fast_path_refuses_an_x_that_overlaps_remembered_out(memo):
     assert len(calls) == 2
 
 
+def test_allocating_fast_path_repeats_only_the_remembered_call(memo):
+    """An allocating call like a checked one (same layout, options and global-scale object) is
+    served from the memo with fresh outputs of the remembered shapes; a different global scale
+    object, or a bad argument, takes the checked path (which explains it)."""
+    g = torch.ones(1)
+    x0 = _x()
+    key = ("quantize", x0.shape, x0.stride(), x0.dtype, x0.get_device(), "nvfp4", "linear", "floor", id(g))
+    calls = []
+    alloc = ((M, K // 2), (M, K // 16), torch.float4_e2m1fn_x2, torch.float8_e4m3fn, torch.device("cpu"))
+    _common.remember_fast(key, lambda *a: calls.append(a), (g,), "arg", x0, (), alloc)
+    x = _x()
+    data, scale = kernelforge.quantize(x, "nvfp4", global_scale=g)
+    assert len(calls) == 1 and calls[0][0] is x and calls[0][1] is data and calls[0][3] == "arg"
+    assert (data.shape, data.dtype, scale.shape, scale.dtype) == alloc[0:1] + (alloc[2],) + alloc[1:2] + (alloc[3],)
+    data2, _ = kernelforge.quantize(_x(), "nvfp4", global_scale=g)
+    assert len(calls) == 2 and data2.data_ptr() != data.data_ptr()  # fresh outputs every call
+    with pytest.raises(ValueError, match=r"^x: expected a CUDA tensor"):  # another scale: checked path
+        kernelforge.quantize(_x(), "nvfp4", global_scale=torch.ones(1))
+    with pytest.raises(ValueError, match=r"^format: expected one of"):
+        kernelforge.quantize(x, "nvfp5", global_scale=g)
+    assert len(calls) == 2
+
+
 def test_rmsnorm_fast_path_refuses_an_x_that_overlaps_remembered_out(memo):
     buf = _fresh(3 * 8192)
     d, s = _fresh(M, 32), _at(buf, 8192, M, 4)

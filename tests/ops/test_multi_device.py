@@ -338,12 +338,15 @@ def test_capture_refusal_of_the_grouped_ops(no_launch, monkeypatch, op):
 
 
 def test_grouped_reads_offsets_unless_their_device_captures(no_launch, monkeypatch):
-    """The offsets' values are checked (a host read) unless the current stream of *their*
-    device is capturing, whichever device is current."""
+    """With check_offsets=True the offsets' values are checked (a host read) unless the current
+    stream of *their* device is capturing, whichever device is current; by default never."""
     monkeypatch.setattr(c, "current_device", lambda: 0)
     bad = lambda: on(torch.tensor([64, 32], dtype=torch.int32), "cuda:1")  # noqa: E731
     fn, args, kwargs = _grouped(AllOn("cuda:1"))
     monkeypatch.setattr(c, "stream_capturing", lambda index: False)
+    with pytest.raises(Launched):
+        fn(args[0], bad(), *args[2:], **kwargs)
+    kwargs = {**kwargs, "check_offsets": True}
     with pytest.raises(ValueError, match="^group_offsets: expected non-decreasing"):
         fn(args[0], bad(), *args[2:], **kwargs)
     monkeypatch.setattr(c, "stream_capturing", lambda index: index == 1)

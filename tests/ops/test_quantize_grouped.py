@@ -321,8 +321,28 @@ def test_grouped_offsets_checks():
     ((3, 11), "the last value must be T = 10 (the rows of x), got 11"),
 ])
 def test_grouped_offset_values(ends, msg):
+    """check_offsets=True reads the values (a sync) and names the first bad one; by default they
+    are never read on the host, so the same call goes on to the (CUDA) launch checks."""
     with pytest.raises(ValueError, match=re.escape(f"group_offsets: {msg}" if "last" in msg else msg)):
+        quantize_grouped(x_of("mxfp8"), _offsets(*ends), "mxfp8", check_offsets=True)
+    with pytest.raises(ValueError, match=X_CUDA_ONLY):
         quantize_grouped(x_of("mxfp8"), _offsets(*ends), "mxfp8")
+    from kernelforge.ops.quantize_grouped import group_offsets_valid
+
+    flag = group_offsets_valid(_offsets(*ends), 10)
+    assert flag.dtype == torch.bool and flag.shape == () and not bool(flag)
+
+
+@pytest.mark.parametrize("ends", [(10,), (0, 10), (0, 0, 10), (10, 10, 10), (1, 2, 3, 10)])
+def test_group_offsets_valid_accepts_valid_ends(ends):
+    from kernelforge.ops.quantize_grouped import group_offsets_valid
+
+    assert bool(group_offsets_valid(_offsets(*ends), 10))
+    assert not bool(group_offsets_valid(_offsets(*ends), 11))
+    with pytest.raises(ValueError, match=r"^t: expected the number of rows"):
+        group_offsets_valid(_offsets(*ends), -1)
+    with pytest.raises(TypeError, match=r"^check_offsets: expected a bool, got str"):
+        quantize_grouped(x_of("mxfp8"), _offsets(*ends), "mxfp8", check_offsets="yes")
 
 
 @pytest.mark.parametrize("ends", [(10,), (0, 10), (0, 0, 10), (10, 10, 10), (1, 2, 3, 10)])
