@@ -105,6 +105,7 @@ paths = {"allocating_us": lambda: kernelforge.quantize(x, "mxfp8"),
          "rmsnorm_out_us": lambda: kernelforge.rmsnorm_quantize(x, w, "mxfp8", out=out_rms),
          "dual_out_us": lambda: kernelforge.quantize(x, "mxfp8", columnwise=True, out=out_dual),
          "rht_out_us": lambda: kernelforge.quantize_nvfp4_rht(x, out=out_rht),
+         "grouped_us": lambda: kernelforge.quantize_grouped(xg, offsets, "mxfp8"),
          "torch_add_out_us": lambda: torch.add(x, r, out=s)}
 for f in list(paths.values())[1:5]:
     f()  # checked once, then remembered by the fast path
@@ -207,7 +208,8 @@ def report(res: dict) -> str:
               f"| torch.add(out=) | {h['torch_add_out_us']:.2f} | |",
               *(f"| {name}, out= | {h[key]:.2f} | |" for name, key in (
                   ("rmsnorm_quantize", "rmsnorm_out_us"), ("quantize dual (columnwise=True)", "dual_out_us"),
-                  ("quantize_nvfp4_rht", "rht_out_us")) if key in h),
+                  ("quantize_nvfp4_rht", "rht_out_us"), ("quantize_grouped (256 x 256, G = 2), allocating",
+                                                         "grouped_us")) if key in h),
               "",
               f"custom ops registered before the first trace: {res['ops_registered_eagerly']}; "
               f"CLI modules imported: {res['cli_imported'] or 'none'}"]

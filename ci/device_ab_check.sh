@@ -5,7 +5,8 @@
 # and record where `import tvm_ffi` spends its time. Logs go to $OUT.
 # Needs: cache/ (sm_90a builds), .whl/ (the apache-tvm-ffi wheel), optionally .carry/old/kernelforge.
 # KF_VALIDATE=0 skips validation, KF_EXAMPLE=1 runs the example family's GPU tests and benchmark,
-# KF_TREES="new old" picks the trees to time (old: .carry/old), KF_RUNS the processes per op.
+# KF_AB=1 runs benchmarks/bench_host_ab.py (.carry/old against this tree, interleaved, KF_ROUNDS rounds),
+# KF_TREES="new old" runs bench_startup per tree (old: .carry/old), KF_RUNS the processes per op.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT="${OUT:-/tmp/kf-out}"; mkdir -p "$OUT"
@@ -25,14 +26,20 @@ if [ "${KF_EXAMPLE:-0}" = 1 ]; then  # the example op family (examples/kernelfor
     python3 "$ex/benchmarks/bench_silu_quant.py" --baseline --json "$OUT/bench_silu_quant.json" 2>&1 \
     | tee "$OUT/bench_silu_quant.log" | tail -25
 fi
-trees="${KF_TREES:-new}"; [ -d .carry/old/kernelforge ] || trees="new"
+if [ "${KF_AB:-0}" = 1 ] && [ -d .carry/old/kernelforge ]; then  # interleaved A/B: A = .carry/old, B = this tree
+  PYTHONPATH=/tmp/kf-site KERNELFORGE_CACHE_DIR="$PWD/cache" python3 benchmarks/bench_host_ab.py \
+    "$PWD/.carry/old" "$PWD" --rounds "${KF_ROUNDS:-8}" --json "$OUT/bench_host_ab.json" 2>&1 \
+    | tee "$OUT/bench_host_ab.log" | tail -25
+fi
+trees="${KF_TREES:-}"; [ -d .carry/old/kernelforge ] || trees="${trees:+new}"
 for tree in $trees; do
   case $tree in old) src="$PWD/.carry/old" ;; *) src="$PWD" ;; esac
   PYTHONPATH="/tmp/kf-site:$src" KERNELFORGE_CACHE_DIR="$PWD/cache" \
     python3 benchmarks/bench_startup.py --runs "${KF_RUNS:-5}" --json "$OUT/startup_$tree.json" 2>&1 \
     | tee "$OUT/startup_$tree.log" | tail -25
 done
-PYTHONPATH=/tmp/kf-site python3 -X importtime -c "import torch; torch.zeros(1, device='cuda'); import tvm_ffi" \
-  2> "$OUT/importtime_tvm_ffi.txt"
-awk -F'|' '/import time:/ {print $2 "|" $3}' "$OUT/importtime_tvm_ffi.txt" | sort -n -r | head -30
+if [ "${KF_IMPORTTIME:-0}" = 1 ]; then  # where `import tvm_ffi` spends its time (after torch and CUDA)
+  PYTHONPATH=/tmp/kf-site python3 -X importtime -c "import torch; torch.zeros(1, device='cuda'); import tvm_ffi" \
+    2> "$OUT/importtime_tvm_ffi.txt"
+fi
 exit $rc
