@@ -238,12 +238,15 @@ def test_grouped_both_sides_of_the_block_table(fmt, mode, poison):
         _check_grouped(x, ends, fmt, mode, g, poison, tag)
 
 
-def test_grouped_rejects_bad_offsets_before_launch(poison):
+def test_grouped_check_offsets_rejects_bad_offsets_before_launch(poison):
+    """The opt-in synchronous check (check_offsets=True) raises before anything is launched."""
     x = _random(10, 64, dtype=torch.bfloat16)
     out = _outs((10, 64), grouped_shapes(FORMATS["mxfp8"], 10, 64, 2)[1], "mxfp8", poison, 2)
     for bad in ((5, 4), (-1, 10), (3, 9), (3, 11)):
+        offsets = torch.tensor(bad, dtype=torch.int32, device="cuda")
+        assert not bool(kernelforge.group_offsets_valid(offsets, 10))
         with pytest.raises(ValueError, match="^group_offsets: "):
-            kernelforge.quantize_grouped(x, torch.tensor(bad, dtype=torch.int32, device="cuda"), "mxfp8", out=out)
+            kernelforge.quantize_grouped(x, offsets, "mxfp8", out=out, check_offsets=True)
     torch.cuda.synchronize()
     assert (_bytes(out[0]) == 0xA5).all() and (_bytes(out[1]) == 0xA5).all()  # nothing was launched
 
@@ -310,9 +313,11 @@ def test_invalid_offsets_stay_in_bounds(bad, mode, poison):
     if mode == "capture":
         graph.replay()
     else:
-        assert not bool(kernelforge.group_offsets_valid(offsets, t))
-        with pytest.raises(ValueError, match=r"^group_offsets: "):
-            kernelforge.quantize_grouped(x, offsets, "mxfp8", out=out, check_offsets=True)
+        valid = bad[0] >= 0 and bad[-1] == t and all(a <= b for a, b in zip(bad, bad[1:]))
+        assert bool(kernelforge.group_offsets_valid(offsets, t)) == valid
+        if not valid:
+            with pytest.raises(ValueError, match=r"^group_offsets: "):
+                kernelforge.quantize_grouped(x, offsets, "mxfp8", out=out, check_offsets=True)
         kernelforge.quantize_grouped(x, offsets, "mxfp8", out=out)
     torch.cuda.synchronize()
     for name, buf, n in (("data", d_buf, d_n), ("scale", s_buf, s_n)):
