@@ -33,7 +33,7 @@ class FastCall(NamedTuple):
     """A validated call into caller buffers (see `remember_fast`)."""
 
     fn: Callable  # the loaded kernel function
-    refs: tuple  # weak references to the caller's persistent tensors it must find again
+    refs: tuple  # weak references to the caller's persistent tensors (their death drops the entry)
     arg: Any  # the op's extra kernel arguments (its global-scale argument(s))
     x_bytes: int  # byte extent of an input of the remembered shape and strides
     out_spans: tuple[tuple[int, int], ...]  # [start, end) byte addresses of the out buffers
@@ -44,27 +44,29 @@ class FastCall(NamedTuple):
 fast_calls: dict[tuple, FastCall] = {}
 
 
-def _no_tensor() -> None:
-    return None
-
-
 def remember_fast(key: tuple, fn: Callable, tensors: tuple, arg: Any, x: torch.Tensor,
                   outs: Sequence[torch.Tensor], alloc: tuple = ()) -> None:
-    """Record a fully validated call so the op's fast path can repeat it without re-checking.
+    """Record a fully validated call so the op's fast path (`fast_hit`) can repeat it without
+    re-checking.
 
     The key holds everything validation depended on: the input's shape, strides, dtype and
-    device, the op's options, and the ids of the caller's persistent tensors (weight, out
-    buffers, global scale). An id alone could be recycled by a new tensor, so the entry
-    keeps weak references that must resolve to the very same objects. Pointer alignment and
-    dtypes are checked again by the kernel's TVM-FFI wrapper on every call. The input x is
-    keyed by layout only, so a later x may lie anywhere: the entry keeps the out buffers'
-    address ranges and x's byte extent for `fast_hit`. An allocating call (no out buffers) is
+    device, the op's options, and the ids of the caller's persistent `tensors` (out buffers,
+    weight, global scale). An id identifies an object only while it lives, so the entry holds
+    weak references whose callbacks drop it as soon as any of those tensors dies: an entry found
+    under a key therefore names the very same objects, with no per-call comparison. Pointer
+    alignment and dtypes are checked again by the kernel's TVM-FFI wrapper on every call. The
+    input x is keyed by layout only, so a later x may lie anywhere: the entry keeps the out
+    buffers' address ranges and x's byte extent. An allocating call (no out buffers) is
     remembered with `alloc`, the `(data shape, scale shape, data dtype, scale dtype, device)` of
     the fresh outputs, which `allocate` makes again.
     """
     if len(fast_calls) >= MAX_FAST_CALLS:
         fast_calls.clear()  # bounded: a loop over fresh buffers must not grow it forever
-    refs = tuple(_no_tensor if t is None else weakref.ref(t) for t in tensors)
+
+    def forget(_ref: object, key: tuple = key) -> None:
+        fast_calls.pop(key, None)
+
+    refs = tuple(weakref.ref(t, forget) for t in tensors if t is not None)
     start, end = byte_span(x)
     fast_calls[key] = FastCall(fn, refs, arg, end - start, tuple(byte_span(o) for o in outs), alloc)
 
@@ -75,23 +77,15 @@ def allocate(hit: FastCall) -> tuple[torch.Tensor, torch.Tensor]:
     return torch.empty(d_shape, dtype=data_dtype, device=device), torch.empty(s_shape, dtype=scale_dtype, device=device)
 
 
-def fast_hit(key: tuple, x: torch.Tensor, tensors: tuple) -> Optional[FastCall]:
-    """The out= fast path of every op: the call remembered under `key` (see `remember_fast`;
-    key[4] is x's device index), if its persistent `tensors` (the out buffers first) are the very
-    same objects and x overlaps none of its out buffers; else None. A few compares per call:
-    the ops build `key` inline (measured on the H100: a generic key builder cost ~1 us per call).
-    Raises only what `check_launch_device` raises (the caller's checked path explains the rest)."""
+def fast_hit(key: tuple, x: torch.Tensor) -> Optional[FastCall]:
+    """The out= (or allocating) fast path of every op: the call remembered under `key` (see
+    `remember_fast`; key[4] is x's device index), unless x overlaps one of its out buffers; else
+    None. A dict lookup and a few integer compares per call (the ops build `key` inline: a
+    generic key builder measured ~1 us per call on the H100). Raises only what
+    `check_launch_device` raises (the caller's checked path explains anything else)."""
     hit = fast_calls.get(key)
     if hit is None:
         return None
-    refs = hit.refs
-    if len(refs) != len(tensors):
-        return None
-    i = 0
-    for t in tensors:
-        if refs[i]() is not t:
-            return None
-        i += 1
     start = x.data_ptr()
     end = start + hit.x_bytes
     for lo, hi in hit.out_spans:
@@ -118,7 +112,7 @@ def fast_lookup(op: str, x: Any, out: Any, options: tuple, others: tuple) -> tup
     if key is None:
         return None, None
     try:
-        return fast_hit(key, x, (*out, *others)), key
+        return fast_hit(key, x), key
     except RuntimeError:
         raise
     except Exception:  # noqa: BLE001

@@ -52,14 +52,14 @@ def quantize(
             d, s = out
             key = ("quantize", x.shape, x.stride(), x.dtype, x.get_device(), format, layout, scale_mode,
                    id(d), id(s), id(global_scale))
-            hit = c.fast_hit(key, x, (d, s, global_scale))
+            hit = c.fast_hit(key, x)
             if hit is not None:
                 hit.fn(x, d, s, hit.arg)
                 return d, s
         else:  # fresh outputs for an input like the last one
             key = ("quantize", x.shape, x.stride(), x.dtype, x.get_device(), format, layout, scale_mode,
                    id(global_scale))
-            hit = c.fast_hit(key, x, (global_scale,))
+            hit = c.fast_hit(key, x)
             if hit is not None:
                 d, s = c.allocate(hit)
                 hit.fn(x, d, s, hit.arg)
@@ -121,7 +121,7 @@ def _columnwise(x, format, layout, scale_mode, global_scale, out, rowwise, colum
         return copy_into(out, res if rowwise else res[2:])
     key = c.fast_key("quantize_columnwise", x, out, (format, layout, scale_mode, rowwise), (global_scale,))
     if key is not None:
-        hit = c.fast_hit(key, x, (*out, global_scale))
+        hit = c.fast_hit(key, x)
         if hit is not None and cw.repeat(hit, x, out):
             return tuple(out)
     fmt, mode, data_dtype, scale_dtype = cw.format_and_input(x, format, layout, scale_mode)

@@ -453,3 +453,14 @@ def test_rht_calibration_of_non_finite_input_is_one(bad):
     x[5, 7] = bad
     assert kernelforge.rht_global_scale(x).item() == 1.0
     assert rht_global_scale_ref(x).item() == 1.0
+
+
+def test_fast_path_entry_dies_with_any_of_its_tensors(memo):
+    """An entry is found by the ids of its persistent tensors, so it must not outlive any of them
+    (a new tensor may get a dead one's id): the weak references' callbacks drop it."""
+    x0, d, s, g = _x(), _fresh(M, 32), _fresh(M, 4), torch.ones(1)
+    key = _fast_key_quantize(x0, d, s, g=g)
+    _common.remember_fast(key, lambda *a: None, (d, s, g), None, x0, (d, s))
+    assert _common.fast_hit(key, _x()) is not None
+    del g
+    assert key not in memo and _common.fast_hit(key, _x()) is None
