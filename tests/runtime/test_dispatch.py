@@ -117,10 +117,10 @@ def _all_groups(table, caps=((9, 0), (10, 0), (10, 3))):
 
 
 def test_dispatch_views_serve_the_first_call_without_reading_the_index(fake_cache, monkeypatch):
-    from kernelforge.cache import index as index_mod
+    from kernelforge.cache import views as views_mod
     from kernelforge.runtime import dispatch
 
-    class NoViews(index_mod.DispatchViews):
+    class NoViews(views_mod.DispatchViews):
         def __init__(self, root, trusted=None):
             super().__init__(root, trusted)
             self.manifest = None
@@ -129,7 +129,7 @@ def test_dispatch_views_serve_the_first_call_without_reading_the_index(fake_cach
     full = dispatch.DispatchTable(fake_cache)
     expected = _all_groups(full)
     assert full._full and any(expected)
-    monkeypatch.setattr(dispatch, "DispatchViews", index_mod.DispatchViews)
+    monkeypatch.setattr(dispatch, "DispatchViews", views_mod.DispatchViews)
 
     def no_index(root):
         raise AssertionError("the full index was read although matching views exist")
@@ -142,45 +142,49 @@ def test_dispatch_views_serve_the_first_call_without_reading_the_index(fake_cach
 
 
 def test_dispatch_views_of_another_index_are_ignored(fake_cache):
+    from kernelforge.cache import fsio
     from kernelforge.cache import index as index_mod
+    from kernelforge.cache import views as views_mod
     from kernelforge.cache.layout import Layout
     from kernelforge.runtime import dispatch
 
     expected = _all_groups(dispatch.DispatchTable(fake_cache))
     layout = Layout(fake_cache)
     text = layout.index.read_text()
-    views = layout.schema_root / index_mod.VIEWS_DIR
-    manifest = (views / index_mod.MANIFEST).read_text()
+    views = layout.schema_root / views_mod.VIEWS_DIR
+    manifest = (views / views_mod.MANIFEST).read_text()
     try:
         # The index rewritten by a writer that does not know about views (or a crash between
         # the two writes): the manifest no longer matches and the runtime reads the index itself.
         gen = index_mod.index_generation(layout.index)
-        index_mod.atomic_write_text(layout.index, text.replace(gen, "0" * 32))  # a crash before the views
-        assert (views / index_mod.MANIFEST).read_text() == manifest
-        assert index_mod.DispatchViews(fake_cache).manifest is None
+        fsio.atomic_write_text(layout.index, text.replace(gen, "0" * 32))  # a crash before the views
+        assert (views / views_mod.MANIFEST).read_text() == manifest
+        assert views_mod.DispatchViews(fake_cache).manifest is None
         table = dispatch.DispatchTable(fake_cache)
         assert _all_groups(table) == expected and table._full
-        index_mod.atomic_write_text(layout.index, json.dumps(json.loads(text) | {"generation": None}))  # older writer
-        assert index_mod.DispatchViews(fake_cache).manifest is None
+        fsio.atomic_write_text(layout.index, json.dumps(json.loads(text) | {"generation": None}))  # older writer
+        assert views_mod.DispatchViews(fake_cache).manifest is None
         table = dispatch.DispatchTable(fake_cache)
         assert _all_groups(table) == expected and table._full
         # Rewritten views match again; a group file that vanished (a concurrent writer
         # replaced it) or a corrupt manifest sends the runtime to the index as well.
         index_mod.write_index(layout.index, index_mod.read_index(layout.index))
-        assert index_mod.DispatchViews(fake_cache).manifest is not None
+        assert views_mod.DispatchViews(fake_cache).manifest is not None
         for f in (views / "groups").glob("*.json"):
             f.unlink()
         table = dispatch.DispatchTable(fake_cache)
         assert _all_groups(table) == expected and table._full
-        (views / index_mod.MANIFEST).write_text("{not json")
-        assert index_mod.DispatchViews(fake_cache).manifest is None
+        (views / views_mod.MANIFEST).write_text("{not json")
+        assert views_mod.DispatchViews(fake_cache).manifest is None
     finally:
         index_mod.write_index(layout.index, index_mod.read_index(layout.index))
     assert not dispatch.DispatchTable(fake_cache)._full and _all_groups(dispatch.DispatchTable(fake_cache)) == expected
 
 
 def test_refresh_views_rewrites_views_that_do_not_match(fake_cache):
+    from kernelforge.cache import fsio
     from kernelforge.cache import index as index_mod
+    from kernelforge.cache import views as views_mod
     from kernelforge.cache.layout import Layout
     from kernelforge.cache.store import CacheStore
 
@@ -188,11 +192,11 @@ def test_refresh_views_rewrites_views_that_do_not_match(fake_cache):
     assert store.refresh_views() is False  # they match
     layout = Layout(fake_cache)
     entries = index_mod.read_index(layout.index)
-    index_mod.atomic_write_text(layout.index, json.dumps({"schema": 1, "entries": entries}))  # an older writer
+    fsio.atomic_write_text(layout.index, json.dumps({"schema": 1, "entries": entries}))  # an older writer
     assert index_mod.index_generation(layout.index) is None
-    assert index_mod.DispatchViews(fake_cache).manifest is None
+    assert views_mod.DispatchViews(fake_cache).manifest is None
     assert store.refresh_views() is True
-    assert index_mod.DispatchViews(fake_cache).manifest is not None
+    assert views_mod.DispatchViews(fake_cache).manifest is not None
 
 
 def test_dispatch_not_built_message(fake_cache, monkeypatch):
