@@ -63,8 +63,8 @@ def remember_fast(key: tuple, fn: Callable, tensors: tuple, arg: Any, x: torch.T
     if len(fast_calls) >= MAX_FAST_CALLS:
         fast_calls.clear()  # bounded: a loop over fresh buffers must not grow it forever
 
-    def forget(_ref: object, key: tuple = key) -> None:
-        fast_calls.pop(key, None)
+    def forget(_ref: object, key: tuple = key, calls: dict = fast_calls) -> None:
+        calls.pop(key, None)  # the dict itself, not the module global (gone at interpreter exit)
 
     refs = tuple(weakref.ref(t, forget) for t in tensors if t is not None)
     start, end = byte_span(x)
