@@ -14,12 +14,12 @@ import torch
 
 from ..cache.layers import resolve_layers
 from ..formats import FORMATS, LAYOUTS, SWIZZLE_COLS, SWIZZLE_ROWS, Format
+from ..limits import MAX_BLOCKS
 from ..runtime.dispatch import DispatchTable
 from ..runtime.tuning import m_bucket
 
 DTYPES = {torch.bfloat16: "bfloat16", torch.float16: "float16", torch.float32: "float32"}
 PLANS = {name: (f, getattr(torch, f.data_dtype), getattr(torch, f.scale_dtype)) for name, f in FORMATS.items()}
-MAX_BLOCKS = 2**31 - 1  # the kernels index scale blocks with 32-bit integers
 
 _table: Optional[DispatchTable] = None
 _capability: dict[int, tuple[int, int]] = {}

@@ -7,13 +7,8 @@ from typing import Any, Optional
 import torch
 
 from ..formats import DTYPE_BYTES, Format
+from ..limits import MAX_M_TILES, RHT_SIGN_MASK, RHT_SIZE, TILE_M
 from . import _common as c
-
-RHT_SIZE = 16
-RHT_SIGN_MASK = 0xD7E8  # NUMERICS.md's default
-MAX_M_TILES = 65535  # M tiles run on the grid's y dimension
-TILE_M = 64  # rows per tile of the kernels (kernels/quantize_tiled.py)
-TILE_BLOCKS = 4  # scale blocks per tile row of the kernels (kernels/quantize_tiled.py)
 
 
 def check_input(x: object, dtypes: tuple[torch.dtype, ...] = tuple(c.DTYPES)) -> str:

@@ -7,12 +7,10 @@ from typing import Optional
 import torch
 
 from ..formats import DTYPE_BYTES, SWIZZLE_COLS, SWIZZLE_ROWS, Format, round_up
+from ..limits import MAX_GROUPS
 from . import _common as c
 from .torch_op import TorchOp, copy_into
 
-# Most groups of one quantize_grouped call: the kernel keeps a table of group starts in shared
-# memory (kernels/quantize_grouped.py's MAX_GROUPS; a test checks that they agree).
-MAX_GROUPS = 1024
 # Scale bytes per call: the kernels index them with 32-bit integers that run up to one grid
 # stride past the last one.
 MAX_SCALE_BYTES = c.MAX_BLOCKS - (1 << 20)

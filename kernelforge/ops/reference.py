@@ -25,6 +25,7 @@ import math
 import torch
 
 from kernelforge.formats import SWIZZLE_COLS, SWIZZLE_ROWS, Format, get_format, round_up, scale_shape
+from kernelforge.limits import RHT_SIGN_MASK, RHT_SIZE
 
 __all__ = [
     "e4m3_encode", "e4m3_decode", "e2m1_encode", "e2m1_decode", "pack_fp4", "unpack_fp4",
@@ -396,8 +397,7 @@ def quantize_columnwise_ref(x: torch.Tensor, format: str, **kwargs) -> tuple[tor
     return quantize_ref(x2.t().contiguous(), format, **kwargs)
 
 
-RHT_SIZE = 16
-RHT_DEFAULT_SIGN_MASK = 0xD7E8
+RHT_DEFAULT_SIGN_MASK = RHT_SIGN_MASK
 
 
 def rht_matrix(sign_mask: int = RHT_DEFAULT_SIGN_MASK, device: torch.device | str = "cpu") -> torch.Tensor:

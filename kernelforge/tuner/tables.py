@@ -10,7 +10,6 @@ import json
 from pathlib import Path
 from typing import Any
 
-from ..build.freshness import entry_damage
 from ..cache import CacheStore
 from ..errors import CacheNotWritable
 from ..runtime.tuning import TuningTable
@@ -48,6 +47,8 @@ def import_table(store: CacheStore, path: Path, *, verify: bool = False) -> str:
 
     Raises ValueError for a file that is not a tuning table, CacheNotWritable if it must be
     written and cannot."""
+    from ..build.freshness import entry_damage  # (imports the cache's verify module: not at import)
+
     try:
         data = json.loads(Path(path).read_text(encoding="utf-8"))
         TuningTable(data)
