@@ -9,9 +9,10 @@ import importlib
 from typing import Any
 
 _EXPORTS = {
-    "CleanReport": "clean", "clean": "clean", "Entry": "entry", "load_index_for_runtime": "index",
-    "SCHEMA_VERSION": "layout", "Layout": "layout", "StatsReport": "stats", "stats": "stats",
-    "CacheStore": "store", "Store": "store", "Problem": "verify", "VerifyReport": "verify", "verify": "verify",
+    "CleanReport": "cleaning", "clean": "cleaning", "Entry": "entry", "load_index_for_runtime": "index",
+    "SCHEMA_VERSION": "layout", "Layout": "layout", "StatsReport": "statistics", "stats": "statistics",
+    "CacheStore": "store", "Store": "store",
+    "Problem": "verification", "VerifyReport": "verification", "verify": "verification",
 }
 
 __all__ = sorted(_EXPORTS)

@@ -136,7 +136,7 @@ def warn_refused(layer: Layer) -> None:
 def verify_layer(layer: Layer) -> Any:
     """verify() of one layer's cache root; a kernel wheel is also checked against its SHA256SUMS."""
     from kernelforge.cache.store import CacheStore
-    from kernelforge.cache.verify import Problem, verify
+    from kernelforge.cache.verification import Problem, verify
 
     report = verify(CacheStore(layer.root))
     if layer.source == "wheel":

@@ -17,7 +17,7 @@ from typing import Any
 from kernelforge.cache.entry import Entry
 from kernelforge.cache.index import read_index_checked, write_index
 from kernelforge.cache.store import CacheStore
-from kernelforge.cache.verify import entry_file_problems, trust_problems, view_problems
+from kernelforge.cache.verification import entry_file_problems, trust_problems, view_problems
 from kernelforge.errors import CacheError
 
 

@@ -47,7 +47,7 @@ def import_table(store: CacheStore, path: Path, *, verify: bool = False) -> str:
 
     Raises ValueError for a file that is not a tuning table, CacheNotWritable if it must be
     written and cannot."""
-    from ..build.freshness import entry_damage  # (imports the cache's verify module: not at import)
+    from ..build.freshness import entry_damage
 
     try:
         data = json.loads(Path(path).read_text(encoding="utf-8"))

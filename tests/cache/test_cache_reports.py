@@ -107,3 +107,16 @@ def test_remove_returns_count(store: CacheStore) -> None:
     assert store.remove([h.key_of("a"), "not-a-key"]) == 1
     assert store.get(h.key_of("a")) is None and store.orphans() == []
     assert store.remove([]) == 0
+
+
+def test_exported_functions_survive_submodule_imports():
+    """`kernelforge.cache.verify` / `clean` / `stats` are the functions, whichever of the cache's
+    modules were imported first (their modules have other names, so an import cannot rebind them)."""
+    import importlib
+
+    import kernelforge.cache as cache
+
+    for module in ("verification", "cleaning", "statistics"):
+        importlib.import_module(f"kernelforge.cache.{module}")
+    assert callable(cache.verify) and callable(cache.clean) and callable(cache.stats)
+    assert cache.verify.__module__ == "kernelforge.cache.verification"

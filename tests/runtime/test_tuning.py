@@ -114,8 +114,8 @@ def test_corrupt_table_is_refused_with_a_warning(cache):
 def test_table_entries_are_listed_verified_and_survive_clean_stale(cache, tmp_path):
     from typer.testing import CliRunner
 
-    from kernelforge.cache.clean import clean
-    from kernelforge.cache.verify import verify
+    from kernelforge.cache.cleaning import clean
+    from kernelforge.cache.verification import verify
     from kernelforge.cli import app
 
     path = tmp_path / "h100.json"
