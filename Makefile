@@ -24,9 +24,9 @@ build: install
 lint: install
 	$(BIN)/ruff check .
 
-# The test suite (CPU here; GPU tests skip with their reason unless a CUDA GPU is present),
+# Lint, the test suite (CPU here; GPU tests skip with their reason unless a CUDA GPU is present),
 # then the example op family's (test-example).
-test: install install-example
+test: lint install-example
 	$(BIN)/python -m pytest -q
 	$(MAKE) --no-print-directory test-example
 
