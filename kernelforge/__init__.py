@@ -16,12 +16,9 @@ __version__ = "0.1.0"
 @functools.lru_cache(maxsize=1)
 def _public() -> dict[str, str]:
     """Public name -> defining module, from the built-in op families."""
-    from kernelforge.families import builtin_families
+    from kernelforge.families import builtin_api
 
-    names = {"set_cache_root": "kernelforge.ops._common"}
-    for fam in builtin_families().values():
-        names.update(fam.public_names())
-    return names
+    return {"set_cache_root": "kernelforge.ops._common", **builtin_api()}
 
 
 def __getattr__(name: str) -> Any:

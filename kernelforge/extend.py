@@ -45,6 +45,10 @@ def dispatch_axes(family: OpFamily) -> tuple[str, ...]:
     return tuple(a for a in family.schema.dispatch_axes if a not in _RUNTIME_AXES)
 
 
+# op -> (its family, the coordinate names it takes): checked once per family, not per call.
+_COORDS: dict[str, tuple[OpFamily, frozenset[str]]] = {}
+
+
 def kernel_for(op: str, x: torch.Tensor, *, k: Optional[int] = None, rows: Optional[int] = None,
                row_stride: Optional[int] = None, block: int = 1, **coords: Any) -> Callable[..., Any]:
     """The loaded kernel function of `op` for input `x` at dispatch coordinates `coords`.
@@ -64,8 +68,11 @@ def kernel_for(op: str, x: torch.Tensor, *, k: Optional[int] = None, rows: Optio
     fam = find_family(op)
     if fam is None:
         raise ValueError(f"op: no op family named {op!r} (is its package installed?)")
-    want = dispatch_axes(fam)
-    if set(coords) != set(want):
+    known = _COORDS.get(op)
+    if known is None or known[0] is not fam:
+        known = _COORDS[op] = (fam, frozenset(dispatch_axes(fam)))
+    if coords.keys() != known[1]:
+        want = dispatch_axes(fam)
         missing = sorted(set(want) - set(coords))
         extra = sorted(set(coords) - set(want))
         raise ValueError(f"coords: {op} dispatches on {list(want)}"

@@ -134,6 +134,15 @@ def builtin_families() -> dict[str, OpFamily]:
     return {f.name: f for f in BUILTIN}
 
 
+@functools.lru_cache(maxsize=1)
+def builtin_api() -> dict[str, str]:
+    """The public functions of the built-in families (what `kernelforge` exports): name -> module."""
+    names: dict[str, str] = {}
+    for fam in builtin_families().values():
+        names.update(fam.public_names())
+    return names
+
+
 def _entry_point_families(ep: Any) -> list[OpFamily]:
     obj = ep.load()
     if callable(obj) and not isinstance(obj, OpFamily):
@@ -249,5 +258,5 @@ def plugin_spec_files() -> list[Path]:
     return [Path(p) for fam in {**plugin_families(), **_registered}.values() for p in fam.spec_files]
 
 
-__all__ = ["ENTRY_POINT_GROUP", "FamilyView", "OpFamily", "builtin_families", "families", "find_family",
+__all__ = ["ENTRY_POINT_GROUP", "FamilyView", "OpFamily", "builtin_api", "builtin_families", "families", "find_family",
            "get_family", "plugin_families", "plugin_spec_files", "register", "reload_plugins"]

@@ -4,17 +4,14 @@ from __future__ import annotations
 
 import importlib
 
-from ..families import builtin_families
+from ..families import builtin_api
 from ._common import set_cache_root  # noqa: F401  (in __all__ below)
 
 
 def _export() -> list[str]:
-    names = ["set_cache_root"]
-    for fam in builtin_families().values():
-        for name, module in fam.public_names().items():
-            globals()[name] = getattr(importlib.import_module(module), name)
-            names.append(name)
-    return names
+    for name, module in builtin_api().items():
+        globals()[name] = getattr(importlib.import_module(module), name)
+    return ["set_cache_root", *builtin_api()]
 
 
 __all__ = _export()
