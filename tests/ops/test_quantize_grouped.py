@@ -341,6 +341,9 @@ def test_group_offsets_valid_accepts_valid_ends(ends):
     assert not bool(group_offsets_valid(_offsets(*ends), 11))
     with pytest.raises(ValueError, match=r"^t: expected the number of rows"):
         group_offsets_valid(_offsets(*ends), -1)
+    for bad in (list(ends), torch.zeros(0, dtype=torch.int32), torch.zeros(2, 2, dtype=torch.int32)):
+        with pytest.raises(ValueError, match=r"^group_offsets: expected a non-empty 1-D tensor"):
+            group_offsets_valid(bad, 10)
     with pytest.raises(TypeError, match=r"^check_offsets: expected a bool, got str"):
         quantize_grouped(x_of("mxfp8"), _offsets(*ends), "mxfp8", check_offsets="yes")
 
