@@ -11,12 +11,15 @@ import importlib.metadata as md
 import json
 import platform
 import subprocess
+import sysconfig
 from pathlib import Path
 from typing import Any
 
 from ..errors import BuildError
 
-LINK_RECIPE_VERSION = 3  # bump when link.py changes how modules or the runtime are linked
+LINK_RECIPE_VERSION = 4  # bump when link.py changes how modules or the runtime are linked
+# The C sources compiled into the runtime library (hashed into the link recipe).
+RUNTIME_SOURCES = ("cute_rt_shim.c", "launch.c")
 # Options that shape the generated code (arch is added per variant).
 COMPILE_OPTIONS = "--enable-tvm-ffi --opt-level 3"
 
@@ -95,7 +98,10 @@ def toolchain() -> dict[str, Any]:
             "cudart": _dist_versions("nvidia-cuda-runtime"),
             "dialect_runtime_sha256": _sha256_file(site_paths()["dialect_runtime"]),
             "cxx": _compiler_version("g++"),
-            "cc": _compiler_version("gcc"),  # compiles the runtime's shim
+            "cc": _compiler_version("gcc"),  # compiles the runtime's shim and launcher
+            "runtime_sources": {n: _sha256_file(Path(__file__).with_name(n)) for n in RUNTIME_SOURCES},
+            # the launcher uses the stable ABI, but the headers' inline code is compiled in
+            "python_headers": sysconfig.get_python_version(),
             "ld": _linker_version(),
             "libc": _libc(),
             "host": f"{platform.system().lower()}-{platform.machine()}",

@@ -13,31 +13,53 @@ names: the module's DT_NEEDED then matches that library's soname and the dynamic
 searches RUNPATH for it. A kernel whose runtime entry is missing is refused. The descriptors
 stay open for the life of the process: the dynamic linker identifies loaded objects by name,
 and a reused `/proc/self/fd/N` would otherwise name an earlier object.
+
+The runtime library is imported as a Python extension: its launcher (build/launch.c) calls the
+kernels' TVM-FFI entry points with torch tensors. The tvm_ffi Python package is never imported
+(155 ms on the H100 host): only its C library, libtvm_ffi.so, which the kernels and the launcher
+link against, is loaded (globally, as tvm_ffi itself loads it, so that both share one copy).
 """
 from __future__ import annotations
 
 import ctypes
 import hashlib
+import importlib.machinery
+import importlib.util
 import json
 import logging
 import os
 import threading
 import time
+from pathlib import Path
 from typing import Any
-
-import tvm_ffi  # imported with the ops, so a variant's first call pays only load + launch
 
 from ..cache.layout import META_NAME, SCHEMA_VERSION, Layout, runtime_lib_name
 from ..cache.trust import MissingCacheFile, TrustedRoot, check_component
 from ..errors import CacheError, CorruptArtifact
 
 _lock = threading.Lock()
-_modules: dict[tuple[str, str], Any] = {}  # (key, sha256) -> loaded tvm_ffi module
-_runtimes: dict[tuple[str, str], Any] = {}  # (key, sha256) -> ctypes handle of a runtime library
+_modules: dict[tuple[str, str], Any] = {}  # (key, sha256) -> loaded kernel (a launcher Kernel)
+_runtimes: dict[tuple[str, str], Any] = {}  # (key, sha256) -> a runtime library's launcher module
 _held_fds: list[int] = []  # descriptors of loaded files (see the module docstring)
 _log = logging.getLogger("kernelforge.runtime.loader")
-_load_so = tvm_ffi.get_global_func("ffi.Module.load_from_file.so")
-_keep_alive = tvm_ffi.get_global_func("ffi.ModuleGlobalsAdd")
+_tvm_ffi_lib: list[ctypes.CDLL] = []
+LAUNCH_MODULE = "kernelforge_launch"  # the runtime library's Python module name (build/launch.c)
+ENTRY_PREFIX = "__tvm_ffi_"  # a kernel symbol's TVM-FFI entry point
+
+
+def tvm_ffi_library() -> ctypes.CDLL:
+    """libtvm_ffi.so of the installed apache-tvm-ffi, loaded globally (without importing tvm_ffi)."""
+    if not _tvm_ffi_lib:
+        spec = importlib.util.find_spec("tvm_ffi")  # finds the package; runs none of it
+        if spec is None or not spec.submodule_search_locations:
+            raise CacheError("apache-tvm-ffi is not installed: kernelforge's runtime needs its libtvm_ffi.so "
+                             "(pip install apache-tvm-ffi)")
+        path = Path(spec.submodule_search_locations[0]) / "lib" / "libtvm_ffi.so"
+        try:
+            _tvm_ffi_lib.append(ctypes.CDLL(str(path), mode=os.RTLD_GLOBAL))
+        except OSError as exc:
+            raise CacheError(f"cannot load {path} ({exc}); reinstall apache-tvm-ffi") from None
+    return _tvm_ffi_lib[0]
 
 
 def fix_command(root: Any, entry: dict[str, Any]) -> str:
@@ -125,7 +147,8 @@ def read_verified_json(trusted: TrustedRoot, entry: dict[str, Any]) -> Any:
         return json.loads(f.read())
 
 
-def _load_runtime(trusted: TrustedRoot, entry: dict[str, Any], runtime_entry: dict[str, Any] | None) -> None:
+def _load_runtime(trusted: TrustedRoot, entry: dict[str, Any], runtime_entry: dict[str, Any] | None) -> Any:
+    """The launcher module of the runtime library `entry` links (loaded once per process)."""
     rkey = (entry.get("extra") or {}).get("runtime_key", "")
     hint = fix_command(trusted.root, entry)
     if runtime_entry is None or runtime_entry.get("key") != rkey:
@@ -137,38 +160,46 @@ def _load_runtime(trusted: TrustedRoot, entry: dict[str, Any], runtime_entry: di
                               f"not {runtime_lib_name(rkey)!r}; fix: {hint}")
     ident = (rkey, runtime_entry["sha256"])
     if ident in _runtimes:
-        return
+        return _runtimes[ident]
+    tvm_ffi_library()
     fd = open_verified(trusted, runtime_entry, "runtime library")
     try:
-        handle = ctypes.CDLL(f"/proc/self/fd/{fd}", mode=os.RTLD_LOCAL)
-    except OSError as exc:
+        loader = importlib.machinery.ExtensionFileLoader(LAUNCH_MODULE, f"/proc/self/fd/{fd}")
+        spec = importlib.util.spec_from_loader(LAUNCH_MODULE, loader)
+        module = importlib.util.module_from_spec(spec)  # type: ignore[arg-type]
+        loader.exec_module(module)
+        module.Kernel  # noqa: B018 - a runtime library from before the launcher has none
+    except (ImportError, OSError, AttributeError) as exc:
         os.close(fd)
         raise CorruptArtifact(f"runtime library {rkey[:12]} cannot be loaded ({exc}); fix: {hint}") from None
     _held_fds.append(fd)
-    _runtimes[ident] = handle
+    _runtimes[ident] = module
+    return module
 
 
 def load_function(trusted: TrustedRoot, entry: dict[str, Any], runtime_entry: dict[str, Any] | None) -> Any:
-    """The tvm_ffi function of a kernel entry (a runtime dict: key, kind, path, main_file, sha256, extra)."""
+    """The kernel of an entry (a runtime dict: key, kind, path, main_file, sha256, extra), a
+    callable taking torch tensors, ints, floats and None (build/launch.c)."""
     ident = (entry.get("key", ""), entry.get("sha256", ""))
     with _lock:
-        mod = _modules.get(ident)
-        if mod is None:
+        kernel = _modules.get(ident)
+        if kernel is None:
             t0 = time.perf_counter()
             had_runtime = len(_runtimes)
-            _load_runtime(trusted, entry, runtime_entry)
+            launcher = _load_runtime(trusted, entry, runtime_entry)
+            symbol = str((entry.get("extra") or {}).get("symbol"))
             fd = open_verified(trusted, entry, "kernel module")
             try:
-                mod = _load_so(f"/proc/self/fd/{fd}", "so")
-            except Exception as exc:
+                handle = ctypes.CDLL(f"/proc/self/fd/{fd}", mode=os.RTLD_LOCAL)
+                address = ctypes.cast(getattr(handle, ENTRY_PREFIX + symbol), ctypes.c_void_p).value
+            except (OSError, AttributeError) as exc:
                 os.close(fd)
                 raise CorruptArtifact(f"kernel module {entry.get('name')} cannot be loaded ({exc}); "
                                       f"fix: {fix_command(trusted.root, entry)}") from None
-            _keep_alive(mod)
             _held_fds.append(fd)
-            _modules[ident] = mod
+            kernel = _modules[ident] = launcher.Kernel(address, symbol, handle)
             if _log.isEnabledFor(logging.INFO):
                 rt = " (and its runtime library)" if len(_runtimes) > had_runtime else ""
                 _log.info("loaded %s [%s] from %s in %.2f ms%s", entry.get("name"), str(entry.get("key"))[:12],
                           trusted.root, (time.perf_counter() - t0) * 1e3, rt)
-    return mod[entry["extra"]["symbol"]]
+    return kernel

@@ -146,44 +146,76 @@ import sys, torch
 from kernelforge.cache import load_index_for_runtime
 from kernelforge.cache.trust import TrustedRoot
 from kernelforge.runtime.loader import load_function
-import tvm_ffi
 root = sys.argv[1]
 idx = load_index_for_runtime(root)
 rt = [e for e in idx.values() if e["kind"] == "runtime"][0]
+x = torch.zeros(4, 128, dtype=torch.bfloat16)
+q = torch.zeros(4, 128, dtype=torch.uint8)
+s = torch.zeros(16, dtype=torch.uint8)
+# Bad calls, each stopped by the kernel's own argument checks (no GPU here) or by the launcher.
+BAD = [(x, q, s, None), (x, q), (7, q, s, None), (x, q, s, 2.5), (x, q, s, None, True)]
+errors = {}
 for e in idx.values():
     if e["kind"] != "kernel":
         continue
-    mod = tvm_ffi.load_module(e["main_path"])
-    f = mod[e["extra"]["symbol"]]
-    assert f is not None
     fn = load_function(TrustedRoot(root), e, rt)
-    x = torch.zeros(4, 128, dtype=torch.bfloat16)
-    q = torch.zeros(4, 128, dtype=torch.uint8)
-    s = torch.zeros(16, dtype=torch.uint8)
-    for g in (f, fn):
+    errors[e["key"]] = []
+    for args in BAD:
         try:
-            g(x, q, s, None)
-        except ValueError as exc:
-            assert "device_type=cuda" in str(exc), str(exc)
+            fn(*args)
+        except (TypeError, ValueError) as exc:
+            errors[e["key"]].append((type(exc).__name__, str(exc)))
         else:
-            raise AssertionError("a CPU tensor was accepted")
+            raise AssertionError(f"{args!r} was accepted")
+    assert "device_type=cuda" in errors[e["key"]][0][1], errors[e["key"]][0]
+    try:
+        fn("x", q, s, None)
+    except TypeError as exc:
+        want = "argument #0: expected a torch.Tensor, int, float, bool or None, got str"
+        assert want in str(exc) and e["extra"]["symbol"] in str(exc), str(exc)
+    else:
+        raise AssertionError("a str was accepted")
+    try:
+        fn(x, q, s, None, stream=1)
+    except TypeError as exc:
+        assert "positional arguments only" in str(exc), str(exc)
+    else:
+        raise AssertionError("a keyword argument was accepted")
     print("OK", e["name"])
+print("tvm_ffi imported:", "tvm_ffi" in sys.modules)
 print("cutlass loaded:", any(m == "cutlass" or m.startswith("cutlass.") for m in sys.modules))
 for line in open("/proc/self/maps"):
     if "libkfrt-" in line:
         print("runtime loaded from:", line.split(None, 5)[-1].strip())
+# The reference: tvm_ffi's own call of the same entry points raises the same errors.
+import tvm_ffi
+for e in idx.values():
+    if e["kind"] != "kernel":
+        continue
+    f = tvm_ffi.load_module(e["main_path"])[e["extra"]["symbol"]]
+    for args, (kind, message) in zip(BAD, errors[e["key"]]):
+        try:
+            f(*args)
+        except Exception as exc:
+            assert (type(exc).__name__, str(exc).splitlines()[0]) == (kind, message.splitlines()[0]), (exc, message)
+        else:
+            raise AssertionError(f"tvm_ffi accepted {args!r}")
+    print("SAME", e["name"])
 """
 
 
 @pytest.mark.slow
 def test_module_loads_and_checks_arguments_without_a_gpu(built_cache, tmp_path):
     # In a fresh process, from a moved copy of the cache: the RUNPATH is relative to the module,
-    # so the copy's own runtime library is the one loaded.
+    # so the copy's own runtime library is the one loaded. The runtime library's launcher
+    # passes every argument as tvm_ffi's own call does: both raise the same errors.
     moved = tmp_path / "moved" / "cache"
     shutil.copytree(built_cache.root, moved)
     proc = subprocess.run([sys.executable, "-c", CPU_CALL, str(moved)], capture_output=True, text=True)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert sorted(re.findall(r"^OK (\S+)$", proc.stdout, re.M)) == sorted(NAMES)
+    assert sorted(re.findall(r"^SAME (\S+)$", proc.stdout, re.M)) == sorted(NAMES)
+    assert "tvm_ffi imported: False" in proc.stdout
     assert "cutlass loaded: False" in proc.stdout
     libs = re.findall(r"^runtime loaded from: (.+)$", proc.stdout, re.M)
     assert libs and all(lib.startswith(str(moved)) for lib in libs), proc.stdout
