@@ -6,7 +6,8 @@
 # Needs: cache/ (sm_90a builds), .whl/ (the apache-tvm-ffi wheel), optionally .carry/old/kernelforge.
 # KF_VALIDATE=0 skips validation, KF_EXAMPLE=1 runs the example family's GPU tests and benchmark,
 # KF_AB=1 runs benchmarks/bench_host_ab.py (.carry/old against this tree, interleaved, KF_ROUNDS rounds),
-# KF_TREES="new old" runs bench_startup per tree (old: .carry/old), KF_RUNS the processes per op.
+# KF_TREES="new old" runs bench_startup per tree (old: .carry/old), KF_RUNS the processes per op,
+# KF_IMPORTTIME=1 profiles import + first call, KF_DIAG=1 times output allocation (diag_alloc.py).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT="${OUT:-/tmp/kf-out}"; mkdir -p "$OUT"
@@ -53,5 +54,8 @@ import cProfile, pstats, torch; x = torch.randn(128, 256, device='cuda', dtype=t
 p = cProfile.Profile(); p.enable()
 import kernelforge; kernelforge.quantize(x, 'mxfp8'); torch.cuda.synchronize()
 p.disable(); pstats.Stats(p).sort_stats('cumulative').print_stats(60)" > "$OUT/profile_first_call.txt" 2>&1
+fi
+if [ "${KF_DIAG:-0}" = 1 ]; then  # host cost of the ways to allocate an op's outputs
+  PYTHONPATH="/tmp/kf-site:$PWD" python3 benchmarks/diag_alloc.py 2>&1 | tee "$OUT/diag_alloc.log" | tail -8
 fi
 exit $rc

@@ -359,3 +359,33 @@ def test_fast_call_memo_is_bounded_and_reset_with_the_cache_root(monkeypatch, tm
         assert _common.fast_calls == {}
     finally:
         _common.set_cache_root(old)
+
+
+@pytest.mark.parametrize("m, k", [(4, 64), (0, 64), (130, 256)])
+def test_allocating_fast_path_makes_fresh_contiguous_outputs(monkeypatch, m, k):
+    """A remembered allocating call makes new (data, scale) tensors of the remembered shapes and
+    dtypes on every call (empty_like of one-element templates), never the templates' memory nor
+    an earlier call's outputs."""
+    from kernelforge.ops import _common
+
+    monkeypatch.setattr(_common, "fast_calls", {})
+    x = torch.randn(m, k, dtype=torch.bfloat16)
+    d_shape, s_shape = (m, k), (m, k // 32)
+    calls = []
+    key = ("quantize", x.shape, x.stride(), x.dtype, x.get_device(), "mxfp8", "linear", "floor", id(None))
+    _common.remember_fast(key, lambda *a: calls.append(a), (None,), None, x, (),
+                          (d_shape, s_shape, torch.float8_e4m3fn, torch.float8_e8m0fnu, x.device))
+    template = _common.fast_calls[key].alloc[0]
+    assert template.untyped_storage().nbytes() == 1  # a template holds one element, whatever the shape
+    seen, alive = set(), []  # outputs kept alive so that no address is reused
+    for _ in range(3):
+        d, s = kernelforge.quantize(x, "mxfp8")
+        assert (d.shape, d.dtype, s.shape, s.dtype) == (d_shape, torch.float8_e4m3fn, s_shape, torch.float8_e8m0fnu)
+        assert d.is_contiguous() and s.is_contiguous()
+        assert calls[-1][1] is d and calls[-1][2] is s
+        for t in (d, s):
+            if t.numel():
+                assert t.data_ptr() not in seen and t.data_ptr() != template.data_ptr()
+                seen.add(t.data_ptr())
+        alive += [d, s]
+    assert len(calls) == 3
