@@ -25,7 +25,7 @@ from ..formats import Format
 from . import convert as cv
 from .blockscale import FACTOR_TABLE, BlockQuantizer, byte_views, chunk_offset, scale_grid, scale_offset, widen
 from .dependent_launch import PDL, enter_dependent_grid
-from .scale_tile import CHUNK_BYTES, store_pieces
+from .scale_tile import CHUNK_BYTES, store_pieces, store_rows
 
 TILE_M = 64  # rows per tile: whole column blocks of every format (B = 16 or 32)
 TILE_BLOCKS = 4  # scale blocks per tile row: one swizzle column group (128 MX / 64 NVFP4 columns,
@@ -134,15 +134,22 @@ class TiledQuantizeKernel:
         else:
             sT = smem.allocate_tensor(dtype, cute.make_layout((TILE_M, self.tile_k), stride=(self.pitch(dtype), 1)), 16)
         sQ = None
-        sS = None
+        sS = (None, None)  # staged (rowwise, columnwise) scale bytes of whole tiles, or stored directly
         if cutlass.const_expr(self.cfg.exact_tiles):
             # The staging buffer of the transposed output reuses the input tile's shared memory
             # (always larger), which is read into registers first: more CTAs fit on an SM.
             sQ = cute.make_tensor(cute.recast_ptr(sT.iterator, dtype=Uint8),
                                   cute.make_layout((self.tile_k, self.row_bytes), stride=(self.row_bytes + SMEM_PAD_BYTES, 1)))
-            if cutlass.const_expr(self.swizzled):
-                sS = (smem.allocate_tensor(Uint8, cute.make_layout(CHUNK_BYTES), 16),
-                      smem.allocate_tensor(Uint8, cute.make_layout(CHUNK_BYTES), 16))
+            # Columnwise scales are staged in both layouts. Linear scale_t [K, M/B] has a row
+            # stride of M/B bytes and the tile owns 4 (NVFP4) or 2 (MX) bytes of each of its
+            # rows: stored directly, every warp store put one byte into each of 32 sectors
+            # (256 one-byte sectors per tile); staged, each row's bytes leave as one piece
+            # (`store_rows`). Linear rowwise scales are stored directly: a warp store already
+            # covers 4 bytes in each of 8 rows, as many bytes per sector as the staged pieces.
+            # (Linear dual on an H100 at 16384 x 8192 before this: NVFP4 237 us, MXFP8 245 us,
+            # against 158 / 194 us swizzled, whose scales were already staged; after: not yet measured.)
+            sS = (smem.allocate_tensor(Uint8, cute.make_layout(CHUNK_BYTES), 16) if self.swizzled else None,
+                  smem.allocate_tensor(Uint8, cute.make_layout(CHUNK_BYTES), 16))
         # One tile per CTA. (Four tiles per CTA with the next tile's loads issued before the
         # current one is processed doubled the registers and ran slower on an H100: RESULTS.md.)
         raws, fulls = self.load_tile(mX, bidx, tk, tidx)
@@ -246,7 +253,7 @@ class TiledQuantizeKernel:
                         else:
                             dst = gQt[(0, None), (n, mb)]
                         sc = self.quantize(v, dst, enc_t, inv_t, tables[1])
-                    if cutlass.const_expr(sS is not None):
+                    if cutlass.const_expr(sS[1] is not None):
                         sS[1][chunk_offset(n, mb)] = Uint8(sc)
                     else:
                         mSt[scale_offset(n, mb, cols_c, self.swizzled)] = Uint8(sc)
@@ -262,13 +269,15 @@ class TiledQuantizeKernel:
                     seg = cute.make_rmem_tensor(16, Uint8)
                     cute.autovec_copy(sQs[(0, None), (nl, idx % segs)], seg)
                     cute.autovec_copy(seg, gQs[(0, None), (k0 + nl, tm * segs + idx % segs)])
-            if cutlass.const_expr(sS is not None):
-                if cutlass.const_expr(self.cfg.rowwise):
-                    _, cols_r = scale_grid(m_rows, k_cols // B, self.swizzled)
-                    if k0 // B < cols_r:  # tiles of the columnwise padding have no rowwise scales
-                        store_pieces(sS[0], mS, m0, k0 // B, cols_r, TILE_M, self.row_blocks, tidx, THREADS)
-                if m0 // B < cols_c:  # tiles of the rowwise padding (NVFP4, M <= 64) have no columnwise scales
+            if cutlass.const_expr(sS[0] is not None and self.cfg.rowwise):
+                _, cols_r = scale_grid(m_rows, k_cols // B, self.swizzled)
+                if k0 // B < cols_r:  # tiles of the columnwise padding have no rowwise scales
+                    store_pieces(sS[0], mS, m0, k0 // B, cols_r, TILE_M, self.row_blocks, tidx, THREADS)
+            if m0 // B < cols_c:  # tiles of the rowwise padding (NVFP4, M <= 64) have no columnwise scales
+                if cutlass.const_expr(self.swizzled):
                     store_pieces(sS[1], mSt, k0, m0 // B, cols_c, self.tile_k, TILE_M // B, tidx, THREADS)
+                else:
+                    store_rows(sS[1], mSt, k0, m0 // B, cols_c, self.tile_k, TILE_M // B, tidx, THREADS)
 
     @cute.jit
     def rowwise(self, mQ: cute.Tensor, mS: cute.Tensor, sS, raws, fulls, enc_g: Float32, inv_g: Float32,
@@ -284,7 +293,7 @@ class TiledQuantizeKernel:
                 sc = Uint32(0)  # swizzle padding is always written as zero
                 if fulls[j]:
                     sc = self.quantize(raws[j], gQ[(0, None), (r, kb)], enc_g, inv_g, table)
-                if cutlass.const_expr(sS is not None):
+                if cutlass.const_expr(sS[0] is not None):
                     sS[0][chunk_offset(r, kb)] = Uint8(sc)
                 else:
                     mS[scale_offset(r, kb, cols_r, self.swizzled)] = Uint8(sc)
