@@ -13,6 +13,15 @@ L2_BYTES = 50 * 2**20
 # for a CUDA-graph replay) is not counted as GPU time.
 PRIME_CYCLES = 200_000
 
+# Back-to-back calls per CUDA graph and timed replays of it, where a caller of graph_us passes
+# neither (benchmarks/run.py --quick lowers them with set_rounds).
+ROUNDS = {"calls": 20, "replays": 20}
+
+
+def set_rounds(calls: int, replays: int) -> None:
+    """Default calls per graph and replays of graph_us for this process."""
+    ROUNDS.update(calls=calls, replays=replays)
+
 
 def bench_us(fn, *, iters: int = 50, warmup: int = 5) -> float:
     """Median GPU time of fn() in microseconds, CUDA events around each call (queue primed)."""
@@ -32,8 +41,11 @@ def bench_us(fn, *, iters: int = 50, warmup: int = 5) -> float:
     return times[len(times) // 2]
 
 
-def graph_us(fn, *, calls: int = 20, replays: int = 20) -> float:
-    """Median GPU time per call from CUDA-graph replays of `calls` back-to-back calls (no host overhead)."""
+def graph_us(fn, *, calls: int | None = None, replays: int | None = None) -> float:
+    """Median GPU time per call from CUDA-graph replays of `calls` back-to-back calls (no host overhead);
+    `calls` and `replays` default to ROUNDS."""
+    calls = ROUNDS["calls"] if calls is None else calls
+    replays = ROUNDS["replays"] if replays is None else replays
     s = torch.cuda.Stream()
     s.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(s):
@@ -53,6 +65,18 @@ def copy_bandwidth() -> float:
     dst = torch.empty_like(src)
     us = bench_us(lambda: dst.copy_(src), iters=20)
     return 2 * src.numel() / us / 1e3
+
+
+def io_bytes(*tensors) -> int:
+    """Bytes of the given tensors (tuples and lists of them flattened, None skipped): what "input
+    read + all outputs written" counts when passed the inputs and every output of one call."""
+    total = 0
+    for t in tensors:
+        if isinstance(t, (tuple, list)):
+            total += io_bytes(*t)
+        elif t is not None:
+            total += t.numel() * t.element_size()
+    return total
 
 
 def rotating_inputs(m: int, k: int, dtype: torch.dtype = torch.bfloat16, cap: int = 16) -> list[torch.Tensor]:

@@ -35,14 +35,15 @@ def case_bytes(fmt: str, m: int, k: int, layout: str) -> int:
     return m * k * 2 + m * k * f.element_bits // 8 + s
 
 
-def kernel_rows(copy_gbs: float, with_refs: bool) -> list[dict]:
-    """Every format, mode and layout over SHAPES; with_refs adds the eager and compiled references."""
+def kernel_rows(copy_gbs: float, with_refs: bool, shapes=SHAPES, cases=CASES,
+                layouts=("linear", "swizzled")) -> list[dict]:
+    """Every format, mode and layout over `shapes`; with_refs adds the eager and compiled references."""
     rows = []
     compiled: dict = {}
-    for m, k in SHAPES:
+    for m, k in shapes:
         xs = rotating_inputs(m, k)
-        for fmt, mode in CASES:
-            for layout in ("linear", "swizzled"):
+        for fmt, mode in cases:
+            for layout in layouts:
                 kw = kwargs(mode, layout)
                 it = iter(range(10**9))
                 out = kernelforge.quantize(xs[0], fmt, **kw)

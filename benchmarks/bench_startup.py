@@ -162,7 +162,9 @@ def importtime_profile(first: str, top: int = 25) -> list[dict]:
     return rows[:top]
 
 
-def run(runs: int, importtime: bool = False) -> dict:
+def run(runs: int, importtime: bool = False, progress=None) -> dict:
+    """Every op first in `runs` fresh processes, then 3 host-cost processes; medians and samples.
+    `progress`, if given, is called with a one-line message after each round of processes."""
     samples = []
     for i in range(runs):
         for j, first in enumerate(OPS):
@@ -171,7 +173,14 @@ def run(runs: int, importtime: bool = False) -> dict:
             shift = (i + j) % len(rest)
             order = [first, *rest[shift:], *rest[:shift]]
             samples.append(_last_json(_child(STARTUP, ",".join(order)), f"startup ({first} first)"))
+        if progress:
+            firsts = sorted(s["first_ms"] for s in samples[-len(OPS):])
+            progress(f"startup round {i + 1}/{runs}: {len(OPS)} fresh processes, import + first call "
+                     f"{firsts[0]:.1f}-{firsts[-1]:.1f} ms")
     host = [_last_json(_child(HOST, str(Path(__file__).resolve().parent)), "host cost") for _ in range(3)]
+    if progress:
+        progress(f"startup host cost: 3 processes, allocating quantize "
+                 f"{statistics.median(h['allocating_us'] for h in host):.2f} us")
     first_ms = {op: statistics.median(s["first_ms"] for s in samples if s["first"] == op) for op in OPS}
     further_ms = {op: statistics.median(s["further_ms"][op] for s in samples if op in s["further_ms"])
                   for op in OPS}

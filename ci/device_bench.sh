@@ -1,0 +1,15 @@
+#!/usr/bin/env bash
+# One device-tool call: the issue-19 benchmark command (benchmarks/run.py) on the checkout's cache.
+# Needs: cache/ (sm_90a builds) and .whl/ (the apache-tvm-ffi wheel), installed as ci/device_ab_check.sh does.
+# Writes $OUT/run.json, $OUT/run.log and $OUT/results/ (PNG plots + run-<date>-<device>.md); RESULTS.md is
+# not touched (redraw and append here with `python benchmarks/run.py --plots-from run.json`).
+# KF_BENCH_ARGS adds run.py flags (e.g. --quick, --only dual rht). Exit code: run.py's (1: a section failed).
+set -uo pipefail
+cd "$(dirname "$0")/.."
+OUT="${OUT:-/tmp/kf-out}"; mkdir -p "$OUT"
+export PYTHONUNBUFFERED=1
+python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/kf-site .whl/*.whl
+PYTHONPATH="/tmp/kf-site:$PWD" KERNELFORGE_CACHE_DIR="$PWD/cache" \
+  python3 benchmarks/run.py --out-dir "$OUT/results" --json "$OUT/run.json" --no-append ${KF_BENCH_ARGS:-} 2>&1 \
+  | tee "$OUT/run.log"
+exit "${PIPESTATUS[0]}"
