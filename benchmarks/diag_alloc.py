@@ -4,13 +4,14 @@
 
 Prints us per call (best of interleaved rounds, benchmarks/_timing.host_us) for: two
 torch.empty calls (what ops do), one byte buffer split into two typed views, torch.empty with
-an int device, and the launcher's call of a loaded kernel into fixed buffers (no allocation).
+an int device, torch.empty_like of tensors of the right shapes, and one torch.empty.
 """
 from __future__ import annotations
 
 import json
 
 import torch
+
 from _timing import host_us
 
 
@@ -35,8 +36,10 @@ def main() -> None:
         d, s = torch.empty(nd + ns, dtype=torch.uint8, device=dev).split((nd, ns))
         return d.view(fp8).view(d_shape), s.view(e8).view(s_shape)
 
-    def empty_like_pair(x=torch.empty(d_shape, dtype=fp8, device=dev), y=torch.empty(s_shape, dtype=e8, device=dev)):
-        return torch.empty_like(x), torch.empty_like(y)
+    like_d, like_s = torch.empty(d_shape, dtype=fp8, device=dev), torch.empty(s_shape, dtype=e8, device=dev)
+
+    def empty_like_pair():
+        return torch.empty_like(like_d), torch.empty_like(like_s)
 
     paths = {"two torch.empty": two_empty, "two torch.empty (int device)": two_empty_int,
              "one buffer + slice views": one_buffer_views, "one buffer + split views": one_buffer_split,

@@ -8,7 +8,10 @@ set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT="${OUT:-/tmp/kf-out}"; mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1
-python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/kf-site .whl/*.whl
+# Byte-compiled like a user's install (pip compiles on install; the device sets PYTHONDONTWRITEBYTECODE,
+# so without this every fresh process of the startup section would compile every module it imports).
+python3 -m pip install -q --no-index --no-deps --no-cache-dir --upgrade --target /tmp/kf-site .whl/*.whl
+python3 -m compileall -q kernelforge >/dev/null || true
 PYTHONPATH="/tmp/kf-site:$PWD" KERNELFORGE_CACHE_DIR="$PWD/cache" \
   python3 benchmarks/run.py --out-dir "$OUT/results" --json "$OUT/run.json" --no-append ${KF_BENCH_ARGS:-} 2>&1 \
   | tee "$OUT/run.log"
