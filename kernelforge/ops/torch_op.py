@@ -4,6 +4,15 @@ Every kernelforge op, built in or from a plugin, is a `TorchOp`: calling it runs
 function directly (the dispatcher round trip costs microseconds per call; benchmarks/RESULTS.md),
 and while torch.compile traces it, the registered custom op, whose fake implementation gives
 exact output shapes and dtypes so that `fullgraph=True` traces through it.
+
+Registration happens at import, so it is on every process's startup path. An op that mutates
+none of its arguments is registered with the `torch.library.Library` calls that
+`torch.library.custom_op` makes for it (the same schema, tags, backend, fake and autograd
+kernels), except that its autograd kernel (torch's own, `make_autograd_impl`) is built on its
+first use: building it creates a class per op, half of `custom_op`'s cost (measured 9 of 18 ms
+for seven ops on the build host; the registrations were 11-16 ms of a 40-60 ms first call on
+the H100 host, benchmarks/diag_first_call.py). An op that mutates arguments goes through
+`custom_op` itself, whose in-place version-counter handling it needs.
 """
 from __future__ import annotations
 
@@ -12,6 +21,23 @@ from collections.abc import Callable, Iterable, Sequence
 from typing import Any, Optional
 
 import torch
+
+_libraries: dict[str, torch.library.Library] = {}  # one fragment per namespace, alive for the process
+
+
+def _library(namespace: str) -> torch.library.Library:
+    lib = _libraries.get(namespace)
+    if lib is None:
+        lib = _libraries[namespace] = torch.library.Library(namespace, "FRAGMENT")  # noqa: TOR901
+    return lib
+
+
+class _NoBackward:
+    """What torch's autograd kernel of a custom op reads when no backward is registered: a
+    backward through the op raises "no autograd formula was registered", as for custom_op."""
+
+    _backward_fn = None
+    _setup_context_fn = None
 
 
 class TorchOp:
@@ -30,9 +56,33 @@ class TorchOp:
             raise ValueError(f"qualname: expected 'namespace::name', got {qualname!r}")
         self.qualname = qualname
         self.eager = eager
-        self.custom = torch.library.custom_op(qualname, eager, mutates_args=tuple(mutates_args))
-        self.custom.register_fake(fake)
+        mutates = tuple(mutates_args)
+        if mutates:
+            self.custom = torch.library.custom_op(qualname, eager, mutates_args=mutates)
+            self.custom.register_fake(fake)
+        else:
+            self.custom = self._register(namespace, name, fake)
         functools.update_wrapper(self, eager)
+
+    def _register(self, namespace: str, name: str, fake: Callable[..., Any]) -> Any:
+        """Register `eager` as namespace::name (no mutated arguments); return its op packet."""
+        lib = _library(namespace)
+        schema = torch.library.infer_schema(self.eager, mutates_args=())
+        lib.define(name + schema, tags=(torch.Tag.pt2_compliant_tag,))
+        lib.impl(name, self.eager, "CompositeExplicitAutograd")
+        packet = getattr(getattr(torch.ops, namespace), name)
+        built: list[Callable[..., Any]] = []
+
+        def autograd_kernel(keyset: Any, *args: Any, **kwargs: Any) -> Any:
+            if not built:
+                from torch._library.autograd import make_autograd_impl
+
+                built.append(make_autograd_impl(packet.default, _NoBackward()))
+            return built[0](keyset, *args, **kwargs)
+
+        lib.impl(name, autograd_kernel, "Autograd", with_keyset=True)
+        torch.library.register_fake(self.qualname, fake, lib=lib)
+        return packet
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         if torch.compiler.is_compiling():

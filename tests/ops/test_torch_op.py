@@ -1,0 +1,84 @@
+"""`TorchOp` registration on the CPU: the op that torch.library sees is the one custom_op would
+make (schema, tags, fake, autograd), for ops that mutate nothing (registered with the cheaper
+Library calls) and for one that mutates an argument (registered through custom_op)."""
+from __future__ import annotations
+
+import pytest
+import torch
+
+from kernelforge.ops.torch_op import TorchOp
+
+
+def _pair(x: torch.Tensor, factor: float = 2.0) -> tuple[torch.Tensor, torch.Tensor]:
+    """Two fresh outputs: x * factor and its bytes as float8 (a quantizer-like result)."""
+    return x * factor, (x * factor).to(torch.float8_e4m3fn)
+
+
+def _fake_pair(x, factor=2.0):
+    return torch.empty_like(x), torch.empty_like(x, dtype=torch.float8_e4m3fn)
+
+
+def _bump(x: torch.Tensor, residual: torch.Tensor) -> torch.Tensor:
+    """x + residual, with the sum also written into residual."""
+    residual.add_(x)
+    return residual.clone()
+
+
+PAIR = TorchOp("kf_torch_op_test::pair", _pair, fake=_fake_pair)
+REFERENCE = torch.library.custom_op("kf_torch_op_ref::pair", _pair, mutates_args=())  # what custom_op makes
+REFERENCE.register_fake(_fake_pair)
+BUMP = TorchOp("kf_torch_op_test::bump", _bump, fake=lambda x, residual: torch.empty_like(x),
+               mutates_args=("residual",))
+
+
+KEYS = ("CompositeExplicitAutograd", "Autograd", "Meta", "CPU", "CUDA", "AutogradCUDA", "ADInplaceOrView",
+        "BackendSelect", "Functionalize")
+
+
+def test_schema_tags_and_kernels_match_custom_op():
+    ours, ref = torch.ops.kf_torch_op_test.pair.default, torch.ops.kf_torch_op_ref.pair.default
+    assert str(ours._schema).replace("kf_torch_op_test", "kf_torch_op_ref") == str(ref._schema)
+    assert set(ours.tags) == set(ref.tags) and torch.Tag.pt2_compliant_tag in ours.tags
+    for key in KEYS:
+        assert (torch._C._dispatch_has_kernel_for_dispatch_key(ours.name(), key)
+                == torch._C._dispatch_has_kernel_for_dispatch_key(ref.name(), key)), key
+    residual = next(a for a in torch.ops.kf_torch_op_test.bump.default._schema.arguments if a.name == "residual")
+    assert residual.alias_info is not None and residual.alias_info.is_write
+
+
+UTILS = ("test_schema", "test_faketensor", "test_autograd_registration")  # what the GPU suite checks
+
+
+def test_opcheck_passes_for_both_registrations():
+    x = torch.randn(4, 8, requires_grad=True)
+    torch.library.opcheck(torch.ops.kf_torch_op_test.pair.default, (x, 3.0), test_utils=UTILS)
+    torch.library.opcheck(torch.ops.kf_torch_op_test.bump.default, (torch.randn(4, 8), torch.randn(4, 8)),
+                          test_utils=UTILS)
+
+
+def test_custom_op_results_and_no_backward():
+    x = torch.randn(5, 16)
+    a, b = torch.ops.kf_torch_op_test.pair(x, 3.0)
+    want_a, want_b = _pair(x, 3.0)
+    assert torch.equal(a, want_a) and torch.equal(b.view(torch.uint8), want_b.view(torch.uint8))
+    xg = torch.randn(5, 16, requires_grad=True)
+    for op in (torch.ops.kf_torch_op_test.pair, torch.ops.kf_torch_op_ref.pair):  # ours as custom_op's
+        a, _ = op(xg)
+        assert a.requires_grad
+        with pytest.raises(RuntimeError, match="no autograd formula was registered"):
+            a.sum().backward()
+
+
+def test_eager_call_skips_the_dispatcher_and_compile_traces_the_op():
+    x = torch.randn(3, 8)
+    assert all(torch.equal(u, v) for u, v in zip(PAIR(x, 1.5), _pair(x, 1.5)))
+    graphs = []
+
+    def backend(gm, inputs):
+        graphs.append(gm)
+        return gm.forward
+
+    got = torch.compile(lambda t: PAIR(t + 1, 2.0)[0] - 1, backend=backend, fullgraph=True)(x)
+    assert torch.allclose(got, (x + 1) * 2 - 1)
+    targets = [str(n.target) for n in graphs[0].graph.nodes if n.op == "call_function"]
+    assert any("kf_torch_op_test.pair" in t for t in targets), targets
