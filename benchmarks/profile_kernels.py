@@ -4,8 +4,9 @@
         --section WarpStateStats --section SchedulerStats --section Occupancy \
         PYTHONPATH=. python benchmarks/profile_kernels.py dual:nvfp4:16384:8192 rmsnorm:nvfp4:16384:1536
 
-Each case is `kind:format:M:K` with kind one of row, col, dual, rmsnorm, or `grouped:format:T:K:G`
-(T rows in G random uneven groups, `quantize_grouped`); inputs are random bf16, scales swizzled.
+Each case is `kind:format:M:K` with kind one of row, col, dual, rht (`quantize_nvfp4_rht`, both
+outputs; format nvfp4), rmsnorm, or `grouped:format:T:K:G` (T rows in G random uneven groups,
+`quantize_grouped`); inputs are random bf16, scales swizzled unless the case ends in `@linear`.
 Warm-up calls run outside the ranges, so only the measured launch is profiled.
 """
 from __future__ import annotations
@@ -18,9 +19,13 @@ import kernelforge
 
 
 def case_fn(spec: str):
+    spec, _, layout = spec.partition("@")
     kind, fmt, m, k, *rest = spec.split(":")
     x = torch.randn(int(m), int(k), device="cuda", dtype=torch.bfloat16)
-    a: dict = {"layout": "swizzled"}
+    a: dict = {"layout": layout or "swizzled"}
+    if kind == "rht":  # global scales made outside the profiled range
+        g = kernelforge.nvfp4_global_scale(x)
+        return lambda: kernelforge.quantize_nvfp4_rht(x, global_scale_row=g, global_scale_col=g, **a)
     if fmt == "nvfp4":
         a["global_scale"] = kernelforge.nvfp4_global_scale(x)
     if kind == "grouped":
