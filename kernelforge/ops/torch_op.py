@@ -81,7 +81,7 @@ class TorchOp:
             return built[0](keyset, *args, **kwargs)
 
         lib.impl(name, autograd_kernel, "Autograd", with_keyset=True)
-        torch.library.register_fake(self.qualname, fake, lib=lib)
+        _register_fake(lib, self.qualname, fake)
         return packet
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
@@ -91,6 +91,26 @@ class TorchOp:
 
     def __repr__(self) -> str:
         return f"<kernelforge op {self.qualname}>"
+
+
+def _register_fake(lib: torch.library.Library, qualname: str, fake: Callable[..., Any]) -> None:
+    """`torch.library.register_fake(qualname, fake, lib=lib)` without its caller lookup: that one
+    reads the calling frame's source file and scans sys.modules for its module (inspect
+    getframeinfo/getmodule; 12 of 71 ms of `import kernelforge.ops` on the build host), only to
+    name the caller in messages. The fake implementation is registered in torch's registry as
+    register_fake does it, with the function's own file and line as its source; where that
+    registry is not there in this form, through register_fake itself."""
+    code = getattr(fake, "__code__", None)
+    source = f"{code.co_filename}:{code.co_firstlineno}" if code is not None else qualname
+    try:
+        from torch._library.simple_registry import singleton
+
+        holder = singleton.find(qualname).fake_impl
+        handle = holder.register(fake, source, lib)
+    except (ImportError, AttributeError, TypeError):
+        torch.library.register_fake(qualname, fake, lib=lib)
+        return
+    lib._registration_handles.append(handle)
 
 
 def torch_op(qualname: str, *, fake: Callable[..., Any],
