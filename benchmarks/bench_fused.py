@@ -5,7 +5,7 @@ through more than 4x L2), GB/s (bytes read + written) and % of the copy bandwidt
 the same run, versus (a) the unfused path (torch RMSNorm in eager, then kernelforge.quantize)
 and (b) torch.compile of the reference rmsnorm + quantize (both also timed by graph replay).
 The NVFP4 global scale is calibrated on the normalized output, the tensor being quantized.
-Also the host cost per call: the loaded TVM-FFI function, the Python function and the
+Also the host cost per call: the loaded kernel (its launcher), the Python function and the
 torch.library custom op. Prints a markdown table; --json writes every number.
 
 Run from a checkout on a GPU machine with the cache built: `PYTHONPATH=. python benchmarks/bench_fused.py`.

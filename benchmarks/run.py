@@ -4,7 +4,7 @@ In one process (plus the fresh processes of the startup section), with the other
 measurement functions:
 * startup: `import kernelforge` + first call of each public op in fresh processes, and the host
   cost per call (bench_startup.run);
-* host cost with out= over the direct TVM-FFI call (bench_quantize / bench_fused.host_overhead);
+* host cost with out= over the direct kernel call (bench_quantize / bench_fused.host_overhead);
 * quantize, every format and layout (bench_quantize.kernel_rows);
 * dual (rowwise + columnwise) and columnwise-only, both layouts (bench_training.dual_rows);
 * NVFP4 with the RHT, both outputs and columnwise only, both layouts (bench_training.rht_rows);
@@ -254,7 +254,7 @@ def targets(res: dict) -> list[dict]:
                        [(f"{r['op']} {r['format']} {r['M']}x{r['H']}", r["pct_copy"]) for r in fused],
                        ">=", FUSED_PCT, "%"))
     hd = res.get("host") or {}
-    out.append(_target(5, "host", f"host cost of out= over the direct TVM-FFI call: <= {HOST_DIRECT_US:g} us",
+    out.append(_target(5, "host", f"host cost of out= over the direct kernel call: <= {HOST_DIRECT_US:g} us",
                        [(name, hd[key]["overhead_out_us"]) for name, key in
                         (("quantize 128x256", "quantize"), ("rmsnorm_quantize 128x1024", "fused")) if key in hd],
                        "<=", HOST_DIRECT_US, "us"))
@@ -444,7 +444,7 @@ def markdown(res: dict, plots: list[str], embed_dir: str = EMBED_DIR) -> str:
     hd = res.get("host") or {}
     if hd:
         hq, hf = hd.get("quantize", {}), hd.get("fused", {})
-        lines += ["| host cost per call (us), issue 5 | direct TVM-FFI call | with out= | allocating |",
+        lines += ["| host cost per call (us), issue 5 | direct kernel call | with out= | allocating |",
                   "|---|---:|---:|---:|"]
         if hq:
             lines.append(f"| quantize 128x256 mxfp8 | {hq['direct_us']:.2f} | {hq['quantize_out_us']:.2f} "

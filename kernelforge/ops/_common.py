@@ -169,16 +169,14 @@ def check_disjoint(written: Named, others: Named, why: str = "") -> None:
 
 
 # --- Devices ---------------------------------------------------------------------------------
-# Which device and stream a kernel launch uses (apache-tvm-ffi 0.1.15.post2, nvidia-cutlass-dsl
+# Which device and stream a kernel launch uses (apache-tvm-ffi 0.1.15.post2's C ABI, nvidia-cutlass-dsl
 # 4.8.1), so that an op on cuda:1 runs on cuda:1 whatever the current device is:
-# * Stream. tvm_ffi/cython/function.pxi:219-230 (TVMFFIPyArgSetterDLPackExchangeAPI_): the first
-#   non-CPU tensor argument of a call fixes the call's (device_type, device_id) and asks torch's
-#   DLPack exchange API `current_work_stream(device_type, device_id)`, i.e. torch's current stream
-#   *of that tensor's device* (`at::cuda::getCurrentCUDAStream(device_id)`; the same in tvm_ffi's
-#   addon for older torch, tvm_ffi/utils/_build_optional_torch_c_dlpack.py:508-519, and in the
-#   pure-Python fallback, function.pxi:295-300, `torch._C._cuda_getCurrentRawStream(device_id)`).
-#   tvm_ffi/cython/tvm_ffi_python_helpers.h:579-585 installs it for the call with
-#   TVMFFIEnvSetStream(device_type, device_id, stream) and restores the previous one at 603-610.
+# * Stream. The launcher (build/launch.c, in the runtime library) does what tvm_ffi's own call
+#   does (tvm_ffi/cython/function.pxi:219-230 and tvm_ffi_python_helpers.h:579-610): the first
+#   non-CPU tensor argument of a call fixes the call's (device_type, device_id); torch's DLPack
+#   exchange API `current_work_stream(device_type, device_id)` gives torch's current stream *of
+#   that tensor's device* (`at::cuda::getCurrentCUDAStream(device_id)`); it is installed for the
+#   call with TVMFFIEnvSetStream(device_type, device_id, stream) and the previous one restored.
 #   Every kernel is compiled with `make_fake_stream(use_tvm_ffi_env_stream=True)`
 #   (build/compile.py), so its wrapper reads TVMFFIEnvGetStream(kDLCUDA, device_id of its first
 #   CUDA tensor parameter) (cutlass/base_dsl/tvm_ffi_builder/tvm_ffi_builder.py:2270-2301,

@@ -1,4 +1,4 @@
-"""The dispatch table: (op, coordinates, K-class, device arch) -> loaded TVM-FFI function.
+"""The dispatch table: (op, coordinates, K-class, device arch) -> loaded kernel (a launcher callable).
 
 It reads one or more cache roots (layers: the user cache, then installed kernel wheels; see
 `kernelforge.cache.layers`), each lazily per dispatch group from its dispatch views (a few KB per group, written

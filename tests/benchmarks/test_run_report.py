@@ -125,7 +125,7 @@ EXPECTED = [
     ("quantize", "4096x7168 and above", 86.3, "mxfp8 swizzled 4096x7168", False, 3, 4),
     ("dual", ">= 1.4x", 1.45, "nvfp4 linear 16384x8192", True, 5, 5),
     ("fused", "M >= 16384", 78.8, "rmsnorm mxfp4 16384x1536", False, 1, 2),
-    ("host", "direct TVM-FFI call", 1.62, "rmsnorm_quantize 128x1024", False, 1, 2),
+    ("host", "direct kernel call", 1.62, "rmsnorm_quantize 128x1024", False, 1, 2),
 ]
 
 
