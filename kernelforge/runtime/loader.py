@@ -171,6 +171,11 @@ def _load_runtime(trusted: TrustedRoot, entry: dict[str, Any], runtime_entry: di
         module.Kernel  # noqa: B018 - a runtime library from before the launcher has none
     except (ImportError, OSError, AttributeError) as exc:
         os.close(fd)
+        if "PyInit_" in str(exc) or isinstance(exc, AttributeError):
+            raise CorruptArtifact(
+                f"runtime library {rkey[:12]} predates the launcher (built by an older kernelforge); fix: "
+                f"kernelforge build --cache {trusted.root} --arch {entry.get('arch')} "
+                f"(then `kernelforge cache clean --stale --cache {trusted.root}` drops the old builds)") from None
         raise CorruptArtifact(f"runtime library {rkey[:12]} cannot be loaded ({exc}); fix: {hint}") from None
     _held_fds.append(fd)
     _runtimes[ident] = module

@@ -497,3 +497,41 @@ def test_corrupt_module_is_reported_and_rejected(built_cache, tmp_path, monkeypa
     Path(kernels[NAMES[1]]["main_path"]).unlink()
     with pytest.raises(CorruptArtifact, match="does not exist"):
         load_function(trusted, kernels[NAMES[1]], runtime)
+
+
+@pytest.mark.slow
+def test_runtime_library_without_the_launcher_is_refused_with_the_rebuild_command(built_cache, tmp_path):
+    # A runtime library from before the launcher (link recipe < 4): intact and recorded with its
+    # true sha256, but no Python extension. A real shared library with the runtime's soname and
+    # a constructor that leaves a marker stands in for it; it is refused with the command that
+    # rebuilds, and (as any shared library opened by the dynamic linker) its constructor ran.
+    import hashlib
+    import json
+
+    root = tmp_path / "cache"
+    shutil.copytree(built_cache.root, root)
+    lib = Path(_runtimes(root)[0]["main_path"])
+    marker = tmp_path / "constructor-ran"
+    src = tmp_path / "old_runtime.c"
+    src.write_text('#include <stdio.h>\n__attribute__((constructor)) static void mark(void) {\n'
+                   f'  FILE* f = fopen("{marker}", "w"); if (f) fclose(f);\n}}\nint old_runtime_symbol(void) {{ return 1; }}\n')
+    subprocess.run(["gcc", "-shared", "-fPIC", "-o", str(lib), f"-Wl,-soname,{lib.name}", str(src)], check=True)
+    digest = hashlib.sha256(lib.read_bytes()).hexdigest()
+    meta_path = lib.parent / "meta.json"
+    meta = json.loads(meta_path.read_text())
+    meta["files"][lib.name]["sha256"] = digest
+    meta_path.write_text(json.dumps(meta))
+    # In a fresh process: the planted library takes the runtime's soname in the process that loads it.
+    code = ("import sys\nfrom kernelforge.cache import load_index_for_runtime\n"
+            "from kernelforge.cache.trust import TrustedRoot\nfrom kernelforge.errors import CorruptArtifact\n"
+            "from kernelforge.runtime.loader import load_function\nroot = sys.argv[1]\n"
+            "idx = load_index_for_runtime(root)\n"
+            "rt = [e for e in idx.values() if e['kind'] == 'runtime'][0]\n"
+            "k = [e for e in idx.values() if e['kind'] == 'kernel'][0]\n"
+            "try:\n    load_function(TrustedRoot(root), k, {**rt, 'sha256': sys.argv[2]})\n"
+            "except CorruptArtifact as exc:\n    print('REFUSED', exc)\n")
+    proc = subprocess.run([sys.executable, "-c", code, str(root), digest], capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert re.search(r"^REFUSED runtime library \w+ predates the launcher .* fix: kernelforge build --cache .* "
+                     r"--arch sm_90a", proc.stdout, re.M), proc.stdout
+    assert marker.exists()  # it was loaded (then refused): the checks before loading passed
