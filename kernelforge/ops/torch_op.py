@@ -28,7 +28,7 @@ _libraries: dict[str, torch.library.Library] = {}  # one fragment per namespace,
 def _library(namespace: str) -> torch.library.Library:
     lib = _libraries.get(namespace)
     if lib is None:
-        lib = _libraries[namespace] = torch.library.Library(namespace, "FRAGMENT")  # noqa: TOR901
+        lib = _libraries[namespace] = torch.library.Library(namespace, "FRAGMENT")
     return lib
 
 
