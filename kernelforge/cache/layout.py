@@ -12,8 +12,8 @@
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
 from pathlib import Path
+from typing import NamedTuple
 
 from kernelforge.errors import CacheError
 
@@ -49,9 +49,11 @@ def check_kind(kind: str) -> str:
     return kind
 
 
-@dataclass(frozen=True)
-class Layout:
-    """The paths of one cache root for the current schema version."""
+class Layout(NamedTuple):
+    """The paths of one cache root for the current schema version.
+
+    A NamedTuple rather than a frozen dataclass: it is created at every `import kernelforge.ops`,
+    where a NamedTuple class costs ~0.17 ms against ~0.7-1.1 ms for a frozen dataclass (build host)."""
 
     root: Path
 

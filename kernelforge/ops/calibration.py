@@ -1,17 +1,20 @@
 """NVFP4 global-scale calibration on the device (no host sync, CUDA-graph safe)."""
 from __future__ import annotations
 
+import math
+
 import torch
 
 from . import _common as c
-from .reference import global_scale_of_amax
+
+FLT_MAX = 3.4028234663852886e38
 
 
 def nvfp4_global_scale(x: torch.Tensor) -> torch.Tensor:
     """NVFP4 calibration: `448 * 6 / amax(|x|)` as a float32 tensor of shape [1] on x's device.
 
     Always finite and positive: amax == 0 (or empty x), and an x holding Inf or NaN, give 1.0;
-    a tiny amax whose quotient overflows gives FLT_MAX (`reference.global_scale_of_amax`).
+    a tiny amax whose quotient overflows gives FLT_MAX (`global_scale_of_amax`).
     Computed on the device without a host sync (CUDA-graph safe).
     """
     if not isinstance(x, torch.Tensor):
@@ -20,3 +23,21 @@ def nvfp4_global_scale(x: torch.Tensor) -> torch.Tensor:
         raise ValueError(f"x: expected dtype bfloat16, float16 or float32, got {x.dtype}")
     amax = x.detach().abs().amax().float().reshape(1) if x.numel() else torch.zeros(1, device=x.device)
     return global_scale_of_amax(amax)
+
+
+def global_scale_of_amax(amax: torch.Tensor) -> torch.Tensor:
+    """NVFP4 calibration of fp32 amaxes, element-wise on their device (no sync): `448*6 / amax`
+    capped at FLT_MAX for a finite amax > 0, and 1.0 for amax 0, +Inf or NaN (NUMERICS.md; the
+    references in `ops/reference.py` use this same function, which the runtime imports without them).
+
+    Always finite and positive: 0 (from Inf) would zero every block and NaN would poison every
+    one, while with 1.0 only the non-finite blocks (scale byte 0x7F whatever g is) are lost.
+    """
+    g = torch.clamp_max(_f32(448.0 * 6.0, amax.device) / amax, FLT_MAX)
+    usable = (amax > 0) & (amax < math.inf)  # False for NaN
+    return torch.where(usable, g, _f32(1.0, amax.device))
+
+
+def _f32(value: float, device: torch.device) -> torch.Tensor:
+    """A python float rounded once to an fp32 scalar tensor."""
+    return torch.tensor(value, dtype=torch.float32, device=device)

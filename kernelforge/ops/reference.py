@@ -26,6 +26,7 @@ import torch
 
 from kernelforge.formats import SWIZZLE_COLS, SWIZZLE_ROWS, Format, get_format, round_up, scale_shape
 from kernelforge.limits import RHT_SIGN_MASK, RHT_SIZE
+from kernelforge.ops.calibration import global_scale_of_amax
 
 __all__ = [
     "e4m3_encode", "e4m3_decode", "e2m1_encode", "e2m1_decode", "pack_fp4", "unpack_fp4",
@@ -283,18 +284,6 @@ def dequantize_ref(
     else:
         out = q * ue8m0_decode(scale).unsqueeze(-1)
     return out.view(m, k)
-
-
-def global_scale_of_amax(amax: torch.Tensor) -> torch.Tensor:
-    """NVFP4 calibration of fp32 amaxes, element-wise on their device (no sync): `448*6 / amax`
-    capped at FLT_MAX for a finite amax > 0, and 1.0 for amax 0, +Inf or NaN.
-
-    Always finite and positive: 0 (from Inf) would zero every block and NaN would poison every
-    one, while with 1.0 only the non-finite blocks (scale byte 0x7F whatever g is) are lost.
-    """
-    g = torch.clamp_max(_f32(448.0 * 6.0, amax.device) / amax, FLT_MAX)
-    usable = (amax > 0) & (amax < math.inf)  # False for NaN
-    return torch.where(usable, g, _f32(1.0, amax.device))
 
 
 def nvfp4_global_scale_ref(x: torch.Tensor) -> torch.Tensor:

@@ -14,9 +14,8 @@ import logging
 import os
 import threading
 import warnings
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Sequence
+from typing import TYPE_CHECKING, Any, Callable, NamedTuple, Sequence
 
 from ..cache.index import load_index_for_runtime
 from ..cache.layout import Layout
@@ -32,7 +31,7 @@ from ..errors import (
 )
 from ..log import configure_from_env
 from ..sources import OP_SOURCES, source_hash
-from ..spec.model import KClass
+from ..spec.kclass import KClass
 from .arch import arch_runs_on
 from .loader import load_function, read_verified_json
 from .tuning import (
@@ -50,14 +49,14 @@ _log = logging.getLogger("kernelforge.runtime.dispatch")
 configure_from_env()  # KERNELFORGE_LOG=info|debug; nothing at all when unset
 
 
-@dataclass(frozen=True)
-class Candidate:
-    """One cached kernel usable for a dispatch key on some arch, and the layer that holds it."""
+class Candidate(NamedTuple):
+    """One cached kernel usable for a dispatch key on some arch, and the layer that holds it
+    (a NamedTuple: cheaper to create at import than a frozen dataclass, see `cache.layout.Layout`)."""
 
     entry: dict[str, Any]
     arch: str
     kclass: KClass
-    layer: LayerReader | None = field(default=None, compare=False, repr=False)
+    layer: LayerReader | None = None
 
     def accepts(self, k: int, block: int, ptr_align: int, stride_bytes: int, m: int = 0) -> bool:
         return self.kclass.accepts(k, block, ptr_align, stride_bytes, m)

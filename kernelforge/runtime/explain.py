@@ -15,7 +15,7 @@ from typing import Any, Sequence
 
 from ..cache.views import coords_id
 from ..sources import OP_SOURCES, source_hash
-from ..spec.model import KClass
+from ..spec.kclass import KClass
 
 _ARCH = re.compile(r"sm_(\d+)(\d)[af]?$")
 

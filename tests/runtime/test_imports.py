@@ -84,3 +84,43 @@ def test_import_kernelforge_is_cheap(tmp_path):
         assert info["heavy"] == [], f"`import kernelforge` imported {info['heavy']}"
         assert info["kf"] == ["kernelforge"], info["kf"]
     # Its time is measured by benchmarks/bench_startup.py on the GPU node, not asserted here.
+
+
+# Build-time and test-time modules that the runtime's import path must not load: each costs import
+# time on every process's first call (a frozen dataclass ~0.7 ms to create on the build host).
+NOT_ON_THE_RUNTIME_PATH = ("kernelforge.spec.model", "kernelforge.spec.select", "kernelforge.spec.loader",
+                           "kernelforge.ops.reference", "kernelforge.cache.store", "kernelforge.build")
+
+RUNTIME_PATH = """
+import json, sys
+import kernelforge
+kernelforge.quantize
+from kernelforge.runtime.dispatch import DispatchTable
+DispatchTable("/nonexistent-kf-cache").candidates(
+    "quantize", {"format": "mxfp8", "scale_mode": "floor", "layout": "linear", "dtype": "bfloat16"}, (9, 0))
+print(json.dumps(sorted(m for m in sys.modules if m.startswith("kernelforge"))))
+"""
+
+
+def test_runtime_path_loads_no_build_or_reference_modules():
+    loaded = _run(RUNTIME_PATH, REPO)
+    off = [m for m in loaded if any(m == n or m.startswith(n + ".") for n in NOT_ON_THE_RUNTIME_PATH)]
+    assert off == [], f"import kernelforge + a dispatch lookup loaded {off}"
+    assert "kernelforge.spec.kclass" in loaded  # the one spec record the dispatch needs
+
+
+def test_spec_package_names_resolve_lazily():
+    code = """
+import json, sys
+import kernelforge.spec as spec
+before = sorted(m for m in sys.modules if m.startswith("kernelforge.spec."))
+names = {n: getattr(spec, n).__module__ if hasattr(getattr(spec, n), "__module__") else "" for n in spec.__all__}
+from kernelforge.spec.model import KClass
+print(json.dumps({"before": before, "same_kclass": KClass is spec.KClass, "all": sorted(spec.__all__),
+                  "missing": not hasattr(spec, "no_such_name")}))
+"""
+    info = _run(code, REPO)
+    assert info["before"] == [], "importing kernelforge.spec loaded its submodules eagerly"
+    assert info["same_kclass"]
+    assert {"KClass", "Variant", "Spec", "OP_SCHEMAS", "load_specs", "select", "ARCHES"} <= set(info["all"])
+    assert info["missing"]
