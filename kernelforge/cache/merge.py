@@ -137,11 +137,13 @@ def _publish_copy(dest: CacheStore, entry: Entry, staging: Path) -> Entry:
 
 def merge_one(source: CacheStore, entry: Entry, dest: CacheStore, report: MergeReport) -> None:
     """Merge one source entry into `dest`, recording the outcome in `report`."""
-    held = dest.get(entry.key, fresh=True)
+    # The parsed index is reused while index.json is unchanged (each write replaces it), and includes
+    # what a publishing batch has moved into place but not yet indexed.
+    held = dest.get(entry.key)
     published = held is None
     if held is None:
         rkey = entry.extra.get("runtime_key")
-        if entry.kind == "kernel" and rkey is not None and dest.get(str(rkey), fresh=True) is None:
+        if entry.kind == "kernel" and rkey is not None and dest.get(str(rkey)) is None:
             why = f"its runtime library {str(rkey)[:12]} is not in the destination (not merged)"
             staging = None
         else:
@@ -172,7 +174,8 @@ def merge(sources: Iterable[str | os.PathLike[str] | CacheStore], dest: CacheSto
             raise CacheError(f"source cache {source.root} does not exist")
         entries, bad = _source_entries(source)
         report.refused.extend(Refused(source.root, key, name, reason) for key, name, reason in bad)
-        for entry in entries:
-            merge_one(source, entry, dest, report)
+        with dest.publishing_batch():
+            for entry in entries:
+                merge_one(source, entry, dest, report)
     dest.refresh_views()
     return report

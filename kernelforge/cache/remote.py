@@ -224,29 +224,30 @@ def pull(store: CacheStore, url: str, *, only: Iterable[str] | None = None, keys
     selected = select_entries(parse_entries(raw, f"remote {remote.url}", report), only=only, keys=keys)
     report.selected = len(selected)
     arrived: set[str] = set()
-    for entry in selected:
-        if store.get(entry.key) is not None:
-            report.present.append(entry.name)
-            continue
-        why = runtime_missing(entry, store, arrived)
-        if why:
-            report.refuse(entry, f"not pulled from {remote.url}: {why}")
-            continue
-        staging = store.staging_dir()
-        try:
-            problem, nbytes = _fetch_into(remote, entry, staging)
-        except BaseException:
-            shutil.rmtree(staging, ignore_errors=True)
-            raise
-        if problem:
-            shutil.rmtree(staging, ignore_errors=True)
-            report.refuse(entry, f"{problem}; nothing of it was published")
-            continue
-        publish_staged(store, entry, staging)
-        arrived.add(entry.key)
-        report.transferred.append(entry.name)
-        report.files += len(entry.files)
-        report.bytes += nbytes
+    with store.publishing_batch():
+        for entry in selected:
+            if store.get(entry.key) is not None:
+                report.present.append(entry.name)
+                continue
+            why = runtime_missing(entry, store, arrived)
+            if why:
+                report.refuse(entry, f"not pulled from {remote.url}: {why}")
+                continue
+            staging = store.staging_dir()
+            try:
+                problem, nbytes = _fetch_into(remote, entry, staging)
+            except BaseException:
+                shutil.rmtree(staging, ignore_errors=True)
+                raise
+            if problem:
+                shutil.rmtree(staging, ignore_errors=True)
+                report.refuse(entry, f"{problem}; nothing of it was published")
+                continue
+            publish_staged(store, entry, staging)
+            arrived.add(entry.key)
+            report.transferred.append(entry.name)
+            report.files += len(entry.files)
+            report.bytes += nbytes
     return report
 
 
