@@ -63,9 +63,12 @@ def write_index(path: Path, entries: dict[str, dict[str, Any]], *, check_groups:
 
 
 def index_text(entries: dict[str, dict[str, Any]], generation: str) -> str:
-    """The bytes of an index of `entries` with generation id `generation` (32 hex digits)."""
-    body = json.dumps({"schema": SCHEMA_VERSION, "entries": entries}, indent=1, sort_keys=True)
-    return f'{{"generation": "{generation}",' + body[1:]
+    """The bytes of an index of `entries` with generation id `generation` (32 hex digits): one line
+    per entry, keys sorted. Each entry is encoded by json's C encoder, which an `indent` turns off:
+    0.05 s for the 1638-entry index of the default specs against 0.19 s indented (build host), and
+    every publish outside a batch writes the whole index."""
+    body = ",\n".join(f"{json.dumps(key)}: {json.dumps(entries[key], sort_keys=True)}" for key in sorted(entries))
+    return f'{{"generation": "{generation}",\n"entries": {{\n{body}\n}},\n"schema": {SCHEMA_VERSION}}}'
 
 
 def index_generation(index_path: Path) -> str | None:
