@@ -81,6 +81,7 @@ class LayerReader:
         self._stale: dict[str, int] = {}
         self._tuning: list[dict[str, Any]] = []  # tuning-table entries (from the full index)
         self._tables: dict[tuple[str, str, str], list[TuningTable]] = {}
+        self._table_files: dict[str, TuningTable | None] = {}  # entry key -> parsed table (None: damaged)
 
     def group(self, group: str) -> list[Candidate]:
         """The servable candidates of one dispatch group in this layer, best first."""
@@ -171,15 +172,29 @@ class LayerReader:
                        if e is not None]
         tables = []
         for entry in table_entries_for(entries, device, arch_name, op):
-            try:
-                tables.append(TuningTable(read_verified_json(self.trusted, entry)))
-            except UntrustedCache:
-                raise
-            except (CacheError, ValueError, KeyError, TypeError) as exc:
-                warnings.warn(f"kernelforge: ignoring tuning table {entry.get('name')}: {exc}", RuntimeWarning,
-                              stacklevel=2)
+            table = self._table_file(entry)
+            if table is not None:
+                tables.append(table)
         self._tables[key] = tables
         return tables
+
+    def _table_file(self, entry: dict[str, Any]) -> TuningTable | None:
+        """One tuning-table entry, read, verified and parsed once per process: every op it covers
+        shares it (re-reading the 115 KB H100 table cost each further op ~1 ms on the build host).
+        None, with one warning, if it is damaged."""
+        key = entry.get("key", "")
+        if key in self._table_files:
+            return self._table_files[key]
+        table = None
+        try:
+            table = TuningTable(read_verified_json(self.trusted, entry))
+        except UntrustedCache:
+            raise
+        except (CacheError, ValueError, KeyError, TypeError) as exc:
+            warnings.warn(f"kernelforge: ignoring tuning table {entry.get('name')}: {exc}", RuntimeWarning,
+                          stacklevel=2)
+        self._table_files[key] = table
+        return table
 
     def load(self, cand: Candidate) -> Callable:
         """The loaded function of one of this layer's candidates (module and runtime checksums checked)."""

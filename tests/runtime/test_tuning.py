@@ -162,3 +162,43 @@ def test_committed_tables_are_valid_and_name_built_candidates():
                     full = frozenset((k, str(x)) for k, x in {**dispatch_coords, "kclass": kclass, "arch": t.arch,
                                                             **values}.items())
                     assert (op, full) in built, (path.name, group, kclass, values)
+
+
+def test_a_table_file_is_read_and_verified_once_for_every_op(cache, monkeypatch):
+    """A table covering two ops is parsed once per process (its file re-hashed on that read only);
+    each op still reads only the choices of its own sources."""
+    sources = {"rmsnorm_quantize": source_hash("rmsnorm_quantize"), "quantize": source_hash("quantize")}
+    publish_table(cache, _table({GROUP: {"h8k": [{"elements": 64}] * 3}}, sources=sources))
+    reads: list[str] = []
+    real = dispatch.read_verified_json
+
+    def counted(trusted, entry):
+        reads.append(entry["name"])
+        return real(trusted, entry)
+
+    monkeypatch.setattr(dispatch, "read_verified_json", counted)
+    table = dispatch.DispatchTable(cache.root)
+    assert _chosen_in(table, 8192, 100) == "e64"
+    for op in ("quantize", "rmsnorm_quantize", "quantize"):
+        assert len(table.tuning_tables(H100, "sm_90a", op)) == 1
+    assert len(reads) == 1, reads
+    assert table.tuning_tables(H100, "sm_90a", "quantize_grouped") == []  # not measured on its sources
+
+
+def _chosen_in(table: dispatch.DispatchTable, h: int, m: int) -> str:
+    fn, _ = table.resolve("rmsnorm_quantize", COORDS, (9, 0), h, 16, 256, 2 * h, m, H100)
+    return fn.rsplit(".", 1)[1]
+
+
+def test_a_damaged_table_warns_once_for_every_op(cache):
+    sources = {"rmsnorm_quantize": source_hash("rmsnorm_quantize"), "quantize": source_hash("quantize")}
+    publish_table(cache, _table({GROUP: {"h8k": [{"elements": 64}] * 3}}, sources=sources))
+    entry = next(e for e in cache.iter_entries() if e.kind == "tuning")
+    path = cache.entry_dir(entry) / entry.main_file
+    path.chmod(0o644)
+    path.write_text(path.read_text().replace('"elements":64', '"elements":32'))
+    table = dispatch.DispatchTable(cache.root)
+    with pytest.warns(RuntimeWarning, match="tuning table") as caught:
+        assert table.tuning_tables(H100, "sm_90a", "rmsnorm_quantize") == []
+        assert table.tuning_tables(H100, "sm_90a", "quantize") == []
+    assert len([w for w in caught if "tuning table" in str(w.message)]) == 1
