@@ -115,10 +115,12 @@ def member_problem(member: tarfile.TarInfo, staging: Path) -> str | None:
         return f"member {name!r} is {kind}"
     if name != BUNDLE_INDEX and not _MEMBER.fullmatch(name.rstrip("/") if member.isdir() else name):
         return f"member {name!r} is not a path of the bundle layout (absolute, '..', or unexpected)"
-    try:
-        tarfile.data_filter(member, str(staging))  # the stdlib's own check, as a second opinion
-    except tarfile.FilterError as exc:
-        return f"member {name!r}: {exc}"
+    data_filter = getattr(tarfile, "data_filter", None)  # Python >= 3.10.12 / 3.11.4 (PEP 706)
+    if data_filter is not None:  # the stdlib's own check, as a second opinion to the two above
+        try:
+            data_filter(member, str(staging))
+        except tarfile.FilterError as exc:  # type: ignore[attr-defined]
+            return f"member {name!r}: {exc}"
     return None
 
 
@@ -137,8 +139,11 @@ def _open(path: Path, spool_dir: Path) -> Iterator[tuple[tarfile.TarFile, dict[s
             with open(path, "rb") as f:
                 gzipped = f.read(2) == b"\x1f\x8b"
             if gzipped:
-                spool_dir.mkdir(parents=True, exist_ok=True)
-                spool = stack.enter_context(tempfile.TemporaryFile(dir=spool_dir))
+                try:  # beside the cache, which must hold the data anyway; else the system's temp dir
+                    spool_dir.mkdir(parents=True, exist_ok=True)
+                    spool = stack.enter_context(tempfile.TemporaryFile(dir=spool_dir))
+                except OSError:  # a read-only cache: an import of entries it holds writes nothing
+                    spool = stack.enter_context(tempfile.TemporaryFile())
                 with gzip.open(path, "rb") as gz:
                     shutil.copyfileobj(gz, spool, 1 << 20)
                 spool.seek(0)

@@ -260,8 +260,13 @@ def test_import_rejects_a_corrupted_entry(store: CacheStore, tmp_path: Path) -> 
     assert res.exit_code == 1 and "REFUSED: quant_a" in res.output
 
 
+@pytest.mark.parametrize("stdlib_filter", [True, False], ids=["with-data_filter", "python-without-data_filter"])
 @pytest.mark.parametrize("evil", ["dotdot", "absolute", "symlink", "hardlink", "device", "duplicate"])
-def test_import_rejects_a_malicious_tar(store: CacheStore, tmp_path: Path, evil: str) -> None:
+def test_import_rejects_a_malicious_tar(store: CacheStore, tmp_path: Path, evil: str, stdlib_filter: bool,
+                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    if not stdlib_filter:  # Python before 3.10.12 / 3.11.4 has no tarfile.data_filter (PEP 706)
+        monkeypatch.delattr(tarfile, "data_filter", raising=False)
+        monkeypatch.delattr(tarfile, "FilterError", raising=False)
     bundle, bad = tmp_path / "b.tar.gz", tmp_path / "bad.tar.gz"
     export_bundle(store, bundle)
     outside = tmp_path / "evil"
@@ -321,3 +326,21 @@ def test_malformed_remote_metadata_is_refused(store: CacheStore, tmp_path: Path)
     report = pull(dest, remote_dir.as_uri())
     assert [r.key for r in report.refused] == [KEYS["a"]] and "malformed" in report.refused[0].reason
     assert sorted(report.transferred) == ["quant_b", "runtime-x"] and verify(dest).ok
+
+
+def test_import_of_present_entries_writes_nothing_where_tmp_cannot_be_made(store: CacheStore, tmp_path: Path) -> None:
+    """The gzip stream is decompressed beside the cache when it can be, else in the system's temp
+    dir: a cache that already holds a bundle's entries imports it without writing (here its tmp/
+    path is taken by a regular file, so nothing can be created there)."""
+    bundle = tmp_path / "b.tar.gz"
+    export_bundle(store, bundle)
+    dest = fresh(tmp_path, "dest")
+    assert import_bundle(dest, bundle).ok
+    for d in dest.layout.tmp.iterdir():
+        d.rmdir()
+    dest.layout.tmp.rmdir()
+    dest.layout.tmp.write_bytes(b"in the way")
+    before = {p: p.stat().st_mtime_ns for p in dest.root.rglob("*")}
+    report = import_bundle(dest, bundle)
+    assert report.ok and report.transferred == [] and len(report.present) == 3
+    assert {p: p.stat().st_mtime_ns for p in dest.root.rglob("*")} == before
