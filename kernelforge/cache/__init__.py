@@ -5,8 +5,7 @@ Imports neither torch nor cutlass. Exports load lazily so that the runtime's one
 """
 from __future__ import annotations
 
-import importlib
-from typing import Any
+from kernelforge.lazy import lazy_exports
 
 _EXPORTS = {
     "CleanReport": "cleaning", "clean": "cleaning", "Entry": "entry", "load_index_for_runtime": "index",
@@ -16,12 +15,4 @@ _EXPORTS = {
 }
 
 __all__ = sorted(_EXPORTS)
-
-
-def __getattr__(name: str) -> Any:
-    module = _EXPORTS.get(name)
-    if module is None:
-        raise AttributeError(f"module 'kernelforge.cache' has no attribute {name!r}")
-    value = getattr(importlib.import_module(f"kernelforge.cache.{module}"), name)
-    globals()[name] = value
-    return value
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)

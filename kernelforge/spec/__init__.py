@@ -6,8 +6,7 @@ selection or the TOML loader (tomllib and the spec parser, ~5 ms).
 """
 from __future__ import annotations
 
-import importlib
-from typing import Any
+from kernelforge.lazy import lazy_exports
 
 # Public name -> the submodule that defines it.
 _NAMES = {
@@ -27,16 +26,4 @@ _NAMES = {
 }
 
 __all__ = sorted(_NAMES)
-
-
-def __getattr__(name: str) -> Any:
-    module = _NAMES.get(name)
-    if module is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(f"{__name__}.{module}"), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted([*globals(), *_NAMES])
+__getattr__, __dir__ = lazy_exports(__name__, _NAMES)
