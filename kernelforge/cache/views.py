@@ -155,10 +155,10 @@ def with_main_path(layout: Layout, entry: dict[str, Any]) -> dict[str, Any] | No
 
     The stored "path" is not used: the loader refuses entries whose stored path differs."""
     try:
-        # os.path.join over strings: pathlib's joins cost ~20 us a candidate on the build host,
-        # paid for every build of a dispatch group on an op's first call
+        # os.path.join, not pathlib's `/` (~20 us a candidate on the build host, paid for every
+        # build of a dispatch group on an op's first call)
         rel = Layout.entry_rel_of(entry["key"], entry["kind"])
-        return {**entry, "main_path": os.path.join(layout.root, f"v{SCHEMA_VERSION}", rel, entry["main_file"])}
+        return {**entry, "main_path": os.path.join(layout.schema_root, rel, entry["main_file"])}
     except (KeyError, TypeError, ValueError, CacheError):
         return None
 

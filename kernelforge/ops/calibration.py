@@ -7,7 +7,7 @@ import torch
 
 from . import _common as c
 
-FLT_MAX = 3.4028234663852886e38
+FLT_MAX = 3.4028234663852886e38  # largest finite fp32 (the references import it from here)
 
 
 def nvfp4_global_scale(x: torch.Tensor) -> torch.Tensor:
@@ -39,5 +39,5 @@ def global_scale_of_amax(amax: torch.Tensor) -> torch.Tensor:
 
 
 def _f32(value: float, device: torch.device) -> torch.Tensor:
-    """A python float rounded once to an fp32 scalar tensor."""
+    """A python float rounded once to an fp32 scalar tensor (fp32(1/6) etc.; the references use it too)."""
     return torch.tensor(value, dtype=torch.float32, device=device)

@@ -26,7 +26,7 @@ import torch
 
 from kernelforge.formats import SWIZZLE_COLS, SWIZZLE_ROWS, Format, get_format, round_up, scale_shape
 from kernelforge.limits import RHT_SIGN_MASK, RHT_SIZE
-from kernelforge.ops.calibration import global_scale_of_amax
+from kernelforge.ops.calibration import FLT_MAX, _f32, global_scale_of_amax
 
 __all__ = [
     "e4m3_encode", "e4m3_decode", "e2m1_encode", "e2m1_decode", "pack_fp4", "unpack_fp4",
@@ -37,13 +37,7 @@ __all__ = [
     "quantize_columnwise_ref", "rht_matrix", "rht_ref", "rht_global_scale_ref", "quantize_nvfp4_rht_ref",
 ]
 
-FLT_MAX = 3.4028234663852886e38
 _INPUT_DTYPES = (torch.bfloat16, torch.float16, torch.float32)
-
-
-def _f32(value: float, device: torch.device) -> torch.Tensor:
-    """A python float rounded once to an fp32 scalar tensor (fp32(1/6) etc.)."""
-    return torch.tensor(value, dtype=torch.float32, device=device)
 
 
 def _exp_field(v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
