@@ -17,6 +17,7 @@ from ..formats import FORMATS, LAYOUTS, SWIZZLE_COLS, SWIZZLE_ROWS, Format
 from ..limits import MAX_BLOCKS
 from ..runtime.dispatch import DispatchTable
 from ..runtime.tuning import m_bucket
+from .unit_scale import unit_scale
 
 DTYPES = {torch.bfloat16: "bfloat16", torch.float16: "float16", torch.float32: "float32"}
 PLANS = {name: (f, getattr(torch, f.data_dtype), getattr(torch, f.scale_dtype)) for name, f in FORMATS.items()}
@@ -25,7 +26,6 @@ _table: Optional[DispatchTable] = None
 _capability: dict[int, tuple[int, int]] = {}
 _names: dict[int, str] = {}
 _fn_cache: dict[tuple, Callable] = {}
-_ones: dict[torch.device, torch.Tensor] = {}
 MAX_FAST_CALLS = 256
 
 
@@ -363,18 +363,7 @@ def global_scale_arg(fmt: Format, g: Optional[torch.Tensor], device: torch.devic
         return None
     if g is not None:
         return g
-    one = _ones.get(device)
-    if one is None:
-        # A host-to-device copy, not a fill kernel: torch's first fill loads a CUDA module (ms).
-        # On a private stream that only this copy waits for: on the caller's stream it would
-        # wait for all work queued there (a first call behind other work on a side stream),
-        # and the finished tensor is then ready for every stream.
-        side = torch.cuda.Stream(device=device)
-        with torch.cuda.stream(side):
-            one = torch.tensor([1.0], dtype=torch.float32, device=device)
-        side.synchronize()
-        _ones[device] = one
-    return one
+    return unit_scale(device)
 
 
 PAIR_SLOTS = ("out[0] (data)", "out[1] (scale)")

@@ -125,3 +125,47 @@ def test_custom_op_path_equals_direct_path():
     a = torch.ops.kernelforge.rmsnorm_quantize(x, w, "nvfp4", 1e-6, "swizzled", "none", None)
     b = kernelforge.rmsnorm_quantize(x, w, "nvfp4", layout="swizzled")
     assert all(torch.equal(_as_bytes(p), _as_bytes(q)) for p, q in zip(a, b))
+
+
+_FIRST_UNIT_SCALE_IN_CAPTURE = """
+import torch, kernelforge
+from kernelforge.ops.reference import quantize_ref
+
+def check(x, data, scale, what):
+    rd, rs = quantize_ref(x, "nvfp4", layout="swizzled")  # no global scale: 1.0
+    assert torch.equal(data.view(torch.uint8), rd) and torch.equal(scale.view(torch.uint8), rs), what
+
+x = torch.randn(256, 1024, device="cuda", dtype=torch.bfloat16)
+g = kernelforge.nvfp4_global_scale(x)
+kernelforge.quantize(x, "nvfp4", global_scale=g)  # the module is loaded outside the capture
+torch.cuda.synchronize()
+graph = torch.cuda.CUDAGraph()
+with torch.cuda.graph(graph):
+    data, scale = kernelforge.quantize(x, "nvfp4", layout="swizzled")  # the first call without a global scale
+for step in range(2):
+    x.copy_(torch.randn_like(x) * (step + 3))
+    data.view(torch.uint8).fill_(0xA5)
+    scale.view(torch.uint8).fill_(0xA5)
+    graph.replay()
+    torch.cuda.synchronize()
+    check(x, data, scale, f"replay {step}")
+del graph, data, scale
+torch.cuda.empty_cache()  # the graph's private memory pool goes back: the cached 1.0 must not live there
+for _ in range(3):
+    junk = torch.full((1 << 20,), 7.0, device="cuda")  # reuse freed memory
+    y = torch.randn(128, 512, device="cuda", dtype=torch.bfloat16)
+    check(y, *kernelforge.quantize(y, "nvfp4", layout="swizzled"), "eager after the graph was freed")
+print("ok")
+"""
+
+
+def test_first_call_without_global_scale_inside_graph_capture():
+    """A fresh process whose first NVFP4 call without a global scale is captured into a CUDA graph:
+    the stand-in 1.0 is written on a private stream before the call returns, outside the graph's
+    memory pool, so replays and later eager calls (graph freed, memory reused) match the reference."""
+    import subprocess
+    import sys
+
+    res = subprocess.run([sys.executable, "-c", _FIRST_UNIT_SCALE_IN_CAPTURE], capture_output=True, text=True,
+                         timeout=300)
+    assert res.returncode == 0 and res.stdout.strip().endswith("ok"), res.stdout[-2000:] + res.stderr[-4000:]
