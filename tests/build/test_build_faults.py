@@ -38,9 +38,13 @@ class Build:
         self.root = root
         self.out, self.err = logs.with_suffix(".out"), logs.with_suffix(".err")
         # Files, not pipes: workers outliving a killed builder must not block the test on a pipe.
+        # SIGINT back to its default in the child: a test run started as a background job of a
+        # non-interactive shell (`make test &`, some CI runners) has SIGINT ignored, which an exec
+        # keeps, and the build would then never see the Ctrl-C this file sends.
         with open(self.out, "w") as out, open(self.err, "w") as err:
             self.proc = subprocess.Popen(_build_argv(root), stdout=out, stderr=err, env=cli_env(),
-                                         start_new_session=True)
+                                         start_new_session=True,
+                                         preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
 
     @property
     def output(self) -> tuple[str, str]:
