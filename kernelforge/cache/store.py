@@ -51,43 +51,7 @@ class Store(Protocol):
 
     root: Path
 
-    def index(self, *, fresh: bool = False) -> dict[str, Entry]:
-        """key -> Entry from index.json; missing/corrupt index -> {} (with a warning), bad entries skipped.
-        Inside a `publishing_batch`, the entries it has moved into place but not yet indexed too.
-
-        Parsed indexes are reused while index.json's inode/size/times are unchanged (every write
-        replaces the file), so per-key `get` calls stay cheap; `fresh=True` always re-reads, and is
-        what every decision taken under a lock uses.
-        """
-        signature = self._index_signature()
-        if fresh or signature is None or self._memo is None or self._memo[0] != signature:
-            entries = self._parse_index(signature)
-        else:
-            entries = self._memo[1]
-        return {**entries, **self._pending} if self._pending else dict(entries)
-
-    def _parse_index(self, signature: tuple[int, ...] | None) -> dict[str, Entry]:
-        """Read and parse index.json (remembered under `signature`, taken before the read)."""
-        raw, problem = read_index_checked(self.layout.index)
-        if problem:
-            warnings.warn(problem, RuntimeWarning, stacklevel=3)
-        entries: dict[str, Entry] = {}
-        for key, data in raw.items():
-            try:
-                entry = Entry.from_json(data)
-                if entry.key != key:
-                    raise CacheError(f"indexed under {key!r} but names itself {entry.key!r}")
-                self.layout.resolve(entry.path)
-            except (CacheError, TypeError) as exc:
-                warnings.warn(f"kernelforge cache: skipping malformed index entry {key!r}: {exc}",
-                              RuntimeWarning, stacklevel=3)
-                continue
-            entries[key] = entry
-        # The signature was taken before the read: if the file changed in between, the next call re-reads.
-        if problem is None and signature is not None:
-            self._memo = (signature, entries)
-        return entries
-
+    def index(self, *, fresh: bool = False) -> dict[str, Entry]: ...
     def get(self, key: str, *, fresh: bool = False) -> Entry | None: ...
     def entry_dir(self, entry: Entry) -> Path: ...
     def iter_entries(self) -> Iterator[Entry]: ...
@@ -151,17 +115,24 @@ class CacheStore:
 
     def index(self, *, fresh: bool = False) -> dict[str, Entry]:
         """key -> Entry from index.json; missing/corrupt index -> {} (with a warning), bad entries skipped.
+        Inside a `publishing_batch`, the entries it has moved into place but not yet indexed too.
 
         Parsed indexes are reused while index.json's inode/size/times are unchanged (every write
         replaces the file), so per-key `get` calls stay cheap; `fresh=True` always re-reads, and is
         what every decision taken under a lock uses.
         """
         signature = self._index_signature()
-        if not fresh and signature is not None and self._memo is not None and self._memo[0] == signature:
-            return {**self._memo[1], **self._pending} if self._pending else dict(self._memo[1])
+        if fresh or signature is None or self._memo is None or self._memo[0] != signature:
+            entries = self._parse_index(signature)
+        else:
+            entries = self._memo[1]
+        return {**entries, **self._pending} if self._pending else dict(entries)
+
+    def _parse_index(self, signature: tuple[int, ...] | None) -> dict[str, Entry]:
+        """Read and parse index.json (remembered under `signature`, taken before the read)."""
         raw, problem = read_index_checked(self.layout.index)
         if problem:
-            warnings.warn(problem, RuntimeWarning, stacklevel=2)
+            warnings.warn(problem, RuntimeWarning, stacklevel=3)
         entries: dict[str, Entry] = {}
         for key, data in raw.items():
             try:
@@ -171,13 +142,13 @@ class CacheStore:
                 self.layout.resolve(entry.path)
             except (CacheError, TypeError) as exc:
                 warnings.warn(f"kernelforge cache: skipping malformed index entry {key!r}: {exc}",
-                              RuntimeWarning, stacklevel=2)
+                              RuntimeWarning, stacklevel=3)
                 continue
             entries[key] = entry
         # The signature was taken before the read: if the file changed in between, the next call re-reads.
         if problem is None and signature is not None:
             self._memo = (signature, entries)
-        return {**entries, **self._pending} if self._pending else dict(entries)
+        return entries
 
     def get(self, key: str, *, fresh: bool = False) -> Entry | None:
         """The entry for `key` if it is in the index and its directory exists, else None."""
