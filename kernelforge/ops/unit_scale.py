@@ -37,23 +37,22 @@ def unit_scale(device: torch.device) -> torch.Tensor:
 
 def _written_on_private_stream(device: torch.device) -> torch.Tensor:
     raw = _create_raw_stream()
-    if raw is None:  # no driver library by that name: torch's pooled stream, the slower start
-        side = torch.cuda.Stream(device=device)
-        with torch.cuda.stream(side):
-            one = torch.tensor([1.0], dtype=torch.float32, device=device)
-        side.synchronize()
-        return one
+    relaxed = False
     mode = ctypes.c_int(_CU_STREAM_CAPTURE_MODE_RELAXED)
-    relaxed = _libcuda.cuThreadExchangeStreamCaptureMode(ctypes.byref(mode)) == 0
     try:
-        side = torch.cuda.ExternalStream(raw.value, device=device)
+        if raw is None:  # no driver library by that name: torch's pooled stream, the slower start
+            side = torch.cuda.Stream(device=device)
+        else:
+            side = torch.cuda.ExternalStream(raw.value, device=device)
+            relaxed = _libcuda.cuThreadExchangeStreamCaptureMode(ctypes.byref(mode)) == 0
         with torch.cuda.stream(side):  # allocated outside any graph's private pool, copied there
             one = torch.tensor([1.0], dtype=torch.float32, device=device)
         side.synchronize()
     finally:
         if relaxed:
             _libcuda.cuThreadExchangeStreamCaptureMode(ctypes.byref(mode))  # the caller's mode back
-        _libcuda.cuStreamDestroy_v2(raw)
+        if raw is not None:
+            _libcuda.cuStreamDestroy_v2(raw)
     return one
 
 
