@@ -46,6 +46,20 @@ def scale_offset(m: Int32, k: Int32, n_cols: Int32, swizzled: cutlass.Constexpr[
 
 
 @cute.jit
+def scale_coords(off: Int32, n_cols: Int32, swizzled: cutlass.Constexpr[bool]):
+    """(row m, scale column k) of flat scale byte `off` (>= 0): the inverse of `scale_offset`."""
+    m = off // n_cols
+    k = off - m * n_cols
+    if cutlass.const_expr(swizzled):
+        chunk_cols = n_cols >> 2
+        chunk_row = (off >> 9) // chunk_cols
+        w = off & 511
+        m = (chunk_row << 7) + (((w >> 2) & 3) << 5) + (w >> 4)
+        k = (((off >> 9) - chunk_row * chunk_cols) << 2) + (w & 3)
+    return m, k
+
+
+@cute.jit
 def chunk_offset(m: Int32, k: Int32) -> Int32:
     """Byte offset of scale (row m, column k) inside its 512-byte 128x4 swizzle chunk."""
     return ((m & 31) << 4) + (((m >> 5) & 3) << 2) + (k & 3)

@@ -3,7 +3,7 @@
 One thread quantizes one scale block (B consecutive elements of a row): it loads the block
 (16-byte vectors when the K-class guarantees alignment) and hands it to the shared
 `BlockQuantizer`. Threads are laid out over the scale matrix (rows x scale columns, padded to
-128x4 for the swizzled layout), so padding bytes are written by the threads that own them
+128x4 for the swizzled layout) in its memory order, so padding bytes are written by the threads that own them
 and every M (not only multiples of 128) needs no special path.
 """
 from dataclasses import dataclass
@@ -14,7 +14,7 @@ import cutlass.cute as cute
 from cutlass import Float32, Int32, Uint8
 
 from ..formats import Format
-from .blockscale import BlockQuantizer, byte_views, scale_grid, scale_offset, widen
+from .blockscale import BlockQuantizer, byte_views, scale_coords, scale_grid, widen
 from .dependent_launch import PDL, enter_dependent_grid
 
 
@@ -68,11 +68,12 @@ class QuantizeKernel:
         enc_g, inv_g = self.q.global_factors(mG)  # hoisted out of the unit loop
 
         for j in cutlass.range_constexpr(self.cfg.units_per_thread):
-            slot = (bidx * self.cfg.units_per_thread + j) * self.cfg.threads + tidx
-            m = slot // n_cols
-            k = slot - m * n_cols
+            # Slots run in the scale matrix's memory order, so a warp's scale bytes are 32
+            # contiguous bytes in both layouts (row-major order put a swizzled warp's bytes in
+            # 8 sectors, 512 bytes apart).
+            s_off = (bidx * self.cfg.units_per_thread + j) * self.cfg.threads + tidx
+            m, k = scale_coords(s_off, n_cols, self.swizzled)
             if m < n_rows:
-                s_off = scale_offset(m, k, n_cols, self.swizzled)
                 if m < m_rows and k < k_blocks:
                     raw = cute.make_rmem_tensor(self.block, mX.element_type)
                     cute.autovec_copy(gX[(0, None), (m, k)], raw)
