@@ -67,6 +67,18 @@ def copy_bandwidth() -> float:
     return 2 * src.numel() / us / 1e3
 
 
+def same_size_copy_us(nbytes: int) -> float:
+    """GPU time (us, CUDA-graph replay) of a device-to-device copy that moves `nbytes` (half read,
+    half written), its sources rotated beyond L2: what a kernel moving those bytes can hope for at
+    that size (launch and ramp-up included), where the 2 GiB copy measures the sustained rate."""
+    half = max(1, nbytes // 2)
+    n = min(16, max(2, (4 * L2_BYTES) // half + 1))
+    srcs = [torch.empty(half, dtype=torch.uint8, device="cuda").random_() for _ in range(n)]
+    dst = torch.empty(half, dtype=torch.uint8, device="cuda")
+    it = iter(range(10**9))
+    return graph_us(lambda: dst.copy_(srcs[next(it) % n]))
+
+
 def io_bytes(*tensors) -> int:
     """Bytes of the given tensors (tuples and lists of them flattened, None skipped): what "input
     read + all outputs written" counts when passed the inputs and every output of one call."""

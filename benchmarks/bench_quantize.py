@@ -16,7 +16,7 @@ from pathlib import Path
 import torch
 
 import kernelforge
-from _timing import L2_BYTES, bench_us, copy_bandwidth, graph_us, host_us, rotating_inputs  # noqa: F401
+from _timing import L2_BYTES, bench_us, copy_bandwidth, graph_us, host_us, rotating_inputs, same_size_copy_us  # noqa: F401
 from kernelforge.formats import FORMATS
 from kernelforge.ops.reference import quantize_ref
 
@@ -40,6 +40,7 @@ def kernel_rows(copy_gbs: float, with_refs: bool, shapes=SHAPES, cases=CASES,
     """Every format, mode and layout over `shapes`; with_refs adds the eager and compiled references."""
     rows = []
     compiled: dict = {}
+    copies: dict[int, float] = {}  # bytes moved -> same-size copy us
     for m, k in shapes:
         xs = rotating_inputs(m, k)
         for fmt, mode in cases:
@@ -49,8 +50,12 @@ def kernel_rows(copy_gbs: float, with_refs: bool, shapes=SHAPES, cases=CASES,
                 out = kernelforge.quantize(xs[0], fmt, **kw)
                 us = graph_us(lambda: kernelforge.quantize(xs[next(it) % len(xs)], fmt, out=out, **kw))
                 nbytes = case_bytes(fmt, m, k, layout)
+                if nbytes not in copies:
+                    copies[nbytes] = same_size_copy_us(nbytes)
+                    torch.cuda.empty_cache()
                 row = {"format": fmt, "mode": mode, "layout": layout, "M": m, "K": k, "us": us,
-                       "GBps": nbytes / us / 1e3, "pct_copy": 100 * nbytes / us / 1e3 / copy_gbs}
+                       "GBps": nbytes / us / 1e3, "pct_copy": 100 * nbytes / us / 1e3 / copy_gbs,
+                       "same_size_copy_us": copies[nbytes], "pct_same_size_copy": 100 * copies[nbytes] / us}
                 if with_refs:
                     def ref(x, fmt=fmt, mode=mode, layout=layout):
                         return quantize_ref(x, fmt, layout=layout, scale_mode=mode if mode != "none" else "floor")
@@ -68,6 +73,7 @@ def kernel_rows(copy_gbs: float, with_refs: bool, shapes=SHAPES, cases=CASES,
                         torch.cuda.empty_cache()
                 rows.append(row)
                 print(f"{fmt:6} {layout:8} {m:6}x{k:<5} {us:8.1f} us {row['GBps']:7.0f} GB/s {row['pct_copy']:5.1f}%"
+                      f" (same-size copy {copies[nbytes]:.1f} us)"
                       + (f"  compiled ref {row['ref_compiled_us']:.1f} us" if row.get("ref_compiled_us") else "")
                       + (f"  eager ref {row['ref_eager_us']:.1f} us" if row.get("ref_eager_us") else ""),
                       flush=True)

@@ -458,12 +458,16 @@ def markdown(res: dict, plots: list[str], embed_dir: str = EMBED_DIR) -> str:
     q = res.get("quantize") or []
     if q:
         refs = any(r.get("speedup_vs_compiled_ref") for r in q)
-        lines += ["| format | layout | M x K | us | GB/s | % of copy |"
+        lines += ["The same-size copy moves this row's bytes (half read, half written) in one device-to-device "
+                  "copy, timed the same way: the most a kernel of that size can expect, where the 2 GiB copy "
+                  "gives the sustained rate.", "",
+                  "| format | layout | M x K | us | GB/s | % of copy | same-size copy us | % of same-size copy |"
                   + (" x compiled ref | x eager ref |" if refs else ""),
-                  "|---|---|---|---:|---:|---:|" + ("---:|---:|" if refs else "")]
+                  "|---|---|---|---:|---:|---:|---:|---:|" + ("---:|---:|" if refs else "")]
         for r in q:
             lines.append(f"| {r['format']} | {r['layout']} | {r['M']}x{r['K']} | {_f(r['us'])} | {_f(r['GBps'], 0)} | "
-                         f"{_f(r['pct_copy'])} |" + (f" {_f(r.get('speedup_vs_compiled_ref'))} | "
+                         f"{_f(r['pct_copy'])} | {_f(r.get('same_size_copy_us'))} | {_f(r.get('pct_same_size_copy'))} |"
+                         + (f" {_f(r.get('speedup_vs_compiled_ref'))} | "
                                                       f"{_f(r.get('speedup_vs_eager_ref'))} |" if refs else ""))
         lines.append("")
         lines += embed("pct_copy_quantize.png", "% of copy bandwidth, quantize")
