@@ -202,3 +202,22 @@ def test_a_damaged_table_warns_once_for_every_op(cache):
         assert table.tuning_tables(H100, "sm_90a", "rmsnorm_quantize") == []
         assert table.tuning_tables(H100, "sm_90a", "quantize") == []
     assert len([w for w in caught if "tuning table" in str(w.message)]) == 1
+
+
+def test_tuner_keeps_the_heuristic_pick_unless_another_is_measurably_faster():
+    import random
+
+    from kernelforge.tuner.measure import MIN_GAIN, pick
+
+    rng = random.Random()
+    for _ in range(200):
+        n = rng.randint(2, 5)
+        us = [rng.uniform(1.0, 100.0) for _ in range(n)]
+        default = rng.randrange(n)
+        best = min(range(n), key=us.__getitem__)
+        within = us[default] <= us[best] * (1 + MIN_GAIN)
+        assert pick(us, default) == (default if within else best)
+    # at the edges: a tie or a gain below MIN_GAIN keeps the heuristic's pick, a larger gain replaces it
+    assert pick([9.8, 9.8], 1) == 1
+    assert pick([10.0, 10.0 * (1 + MIN_GAIN / 2)], 1) == 1
+    assert pick([10.0, 10.0 * (1 + 2 * MIN_GAIN)], 1) == 0
