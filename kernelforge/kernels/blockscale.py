@@ -76,14 +76,17 @@ def _max_abs_tree(words: list, is_bf16: bool) -> Uint32:
 class BlockQuantizer:
     """The per-block arithmetic of one format and scale mode."""
 
-    def __init__(self, fmt: Format, scale_mode: str, warp_uniform: bool = False) -> None:
+    def __init__(self, fmt: Format, scale_mode: str, warp_uniform: bool = False, branch_free: bool = False) -> None:
         """`warp_uniform`: NVFP4 picks its rounding path for the converged threads of a warp
         together (see `quantize`); measured on an H100 to help the fused kernel with a scale
         that saturates some blocks, and to slow the dual tile kernel (1.47x -> 1.38x at
-        4096 x 7168) with a calibrated one, so each kernel chooses."""
+        4096 x 7168) with a calibrated one, so each kernel chooses. `branch_free`: NVFP4 always
+        takes the clamping path (one instruction more per element than the below-7 path, and
+        no branch), for kernels where the compiler predicates both paths instead of branching."""
         self.fmt = fmt
         self.scale_mode = scale_mode
         self.warp_uniform = warp_uniform
+        self.branch_free = branch_free
         self.block = fmt.block
         self.out_bytes = fmt.block * fmt.element_bits // 8  # packed bytes per block
         self.nvfp4 = fmt.has_global_scale
@@ -176,13 +179,16 @@ class BlockQuantizer:
             # and NaN/Inf blocks take the clamping path, which is exact for every block. With
             # `warp_uniform` the converged threads of the warp choose together: a warp that
             # splits runs both paths (RESULTS.md, session 7).
-            fits = cv.mul_rn(cv.bits_f32(amax_bits), enc) < Float32(7.0)
-            if cutlass.const_expr(self.warp_uniform):
-                fits = cute.arch.vote_all_sync(fits, cute.arch.activemask())
-            if fits:
-                self.pack(x, x16, mag, enc, words, True)
-            else:
+            if cutlass.const_expr(self.branch_free):
                 self.pack(x, x16, mag, enc, words)
+            else:
+                fits = cv.mul_rn(cv.bits_f32(amax_bits), enc) < Float32(7.0)
+                if cutlass.const_expr(self.warp_uniform):
+                    fits = cute.arch.vote_all_sync(fits, cute.arch.activemask())
+                if fits:
+                    self.pack(x, x16, mag, enc, words, True)
+                else:
+                    self.pack(x, x16, mag, enc, words)
         else:
             if cutlass.const_expr(self.scale_mode == "rceil"):
                 scale = cv.ue8m0_rceil(amax_bits, 1.0 / self.fmt.maxv)

@@ -82,7 +82,9 @@ class QuantizeGroupedKernel:
         if cfg.grouping == "offsets" and cfg.layout != "swizzled":
             raise ValueError("quantize_grouped: the offsets grouping has swizzled scales only")
         self.cfg = cfg
-        self.q = BlockQuantizer(cfg.fmt, cfg.scale_mode)
+        # `offsets`: in the unrolled row loop the compiler predicated NVFP4's below-7 and clamping
+        # paths instead of branching, issuing both (SASS: 1121 of 2392 instructions predicated).
+        self.q = BlockQuantizer(cfg.fmt, cfg.scale_mode, branch_free=cfg.grouping == "offsets")
         self.block = cfg.fmt.block
         self.swizzled = cfg.layout == "swizzled"
         self.experts = cfg.grouping == "experts"
