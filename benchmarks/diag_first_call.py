@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import resource
 import time
 
 import torch
@@ -37,6 +38,7 @@ def main() -> None:
 
     torch.library.custom_op = timed_custom_op
     cpu0 = time.process_time()
+    use0 = resource.getrusage(resource.RUSAGE_SELF)
     marks = [("start", time.perf_counter())]
 
     def mark(name: str) -> None:
@@ -62,6 +64,10 @@ def main() -> None:
     torch.cuda.synchronize()
     mark("synchronize")
     first_cpu_ms = 1e3 * (time.process_time() - cpu0)  # CPU time of the process (all threads) so far
+    use1 = resource.getrusage(resource.RUSAGE_SELF)
+    usage = {"user_ms": 1e3 * (use1.ru_utime - use0.ru_utime), "sys_ms": 1e3 * (use1.ru_stime - use0.ru_stime),
+             "minor_faults": use1.ru_minflt - use0.ru_minflt, "major_faults": use1.ru_majflt - use0.ru_majflt,
+             "involuntary_switches": use1.ru_nivcsw - use0.ru_nivcsw}
     calls[args.op]()
     torch.cuda.synchronize()
     mark(f"second {args.op} call + sync")
@@ -82,7 +88,7 @@ def main() -> None:
     print(f"  {'(of which torch.library.custom_op)':42} {1e3 * registration[0]:8.3f} ms")
     print(f"  {'(CPU time up to the first synchronize)':42} {first_cpu_ms:8.3f} ms")
     print(json.dumps({"op": args.op, "stages_ms": dict(rows), "registration_ms": 1e3 * registration[0],
-                      "first_cpu_ms": first_cpu_ms}))
+                      "first_cpu_ms": first_cpu_ms, "first_usage": usage}))
 
 
 if __name__ == "__main__":

@@ -7,7 +7,8 @@ seconds between them, to see whether the previous process's teardown slows the n
 and prints every process's stages as one row, sorted by the sum of the import-and-first-call
 stages, so that the stage holding the extra milliseconds of the slow processes stands out, with
 the process's CPU time over those stages (CPU time that grows with the wall time: slower CPU
-work; wall time alone: waiting). `--cpus` pins the processes to those CPUs (e.g. `3` or `2,3`).
+work; wall time alone: waiting), split into user and system time, with its page faults and
+involuntary context switches. `--cpus` pins the processes to those CPUs (e.g. `3` or `2,3`).
 Import kernelforge from compiled bytecode (`python -m compileall kernelforge` first) unless the
 source compile is what you want to see.
 """
@@ -35,7 +36,7 @@ def main() -> None:
     script = Path(__file__).with_name("diag_first_call.py")
     cpus = {int(c) for c in args.cpus.split(",") if c}
     pin = (lambda: os.sched_setaffinity(0, cpus)) if cpus else None
-    rows, cpu_ms = [], []
+    rows, cpu_ms, usage = [], [], []
     for _ in range(args.runs):
         proc = subprocess.run([sys.executable, str(script), "--op", args.op], capture_output=True, text=True, cwd="/",
                               preexec_fn=pin)
@@ -44,18 +45,21 @@ def main() -> None:
         result = json.loads(proc.stdout.strip().splitlines()[-1])
         rows.append(result["stages_ms"])
         cpu_ms.append(result["first_cpu_ms"])
+        usage.append(result["first_usage"])
         time.sleep(args.pause)
     names = list(rows[0])
     short = [n.split(" (")[0][:14] for n in names]
     print(f"pause {args.pause}s, cpus {args.cpus or 'any'}, {args.runs} processes, op {args.op}; ms per stage, "
           f"sorted by the first {FIRST}")
-    print(" ".join(f"{s:>14}" for s in ["first total", "first CPU", *short]))
-    for row, cpu in sorted(zip(rows, cpu_ms), key=lambda rc: sum(list(rc[0].values())[:FIRST])):
+    extra = ["user", "sys", "minflt", "majflt", "invol.sw"]
+    print(" ".join(f"{s:>14}" for s in ["first total", "first CPU", *extra, *short]))
+    for row, cpu, use in sorted(zip(rows, cpu_ms, usage), key=lambda r: sum(list(r[0].values())[:FIRST])):
         vals = list(row.values())
-        print(" ".join(f"{v:14.2f}" for v in [sum(vals[:FIRST]), cpu, *vals]))
+        print(" ".join(f"{v:14.2f}" for v in [sum(vals[:FIRST]), cpu, *use.values(), *vals]))
     med = [statistics.median(r[n] for r in rows) for n in names]
+    use_med = [statistics.median(u[k] for u in usage) for k in usage[0]]
     print(" ".join(f"{v:14.2f}" for v in [statistics.median(sum(list(r.values())[:FIRST]) for r in rows),
-                                          statistics.median(cpu_ms), *med]), "(medians)")
+                                          statistics.median(cpu_ms), *use_med, *med]), "(medians)")
 
 
 if __name__ == "__main__":

@@ -1,0 +1,26 @@
+#!/usr/bin/env bash
+# One device-tool call for a session's final tree: tune the sm_90a cache (the table goes into the
+# cache and to $OUT/<device>.sm_90a.json for the checkout), GPU-validate with that table, the
+# startup diagnosis (diag_startup_modes.py + the cProfile of a first call), then the benchmark
+# command (ci/device_bench.sh). Needs cache/ (sm_90a builds of this tree) and .whl/.
+# KF_STEPS picks steps (default: "tune validate diag bench").
+set -uo pipefail
+cd "$(dirname "$0")/.."
+OUT="${OUT:-/tmp/kf-out}"; mkdir -p "$OUT"
+export PYTHONUNBUFFERED=1
+python3 -m pip install -q --no-index --no-deps --no-cache-dir --upgrade --target /tmp/kf-site .whl/*.whl
+python3 -m compileall -q kernelforge >/dev/null || true
+export KERNELFORGE_CACHE_DIR="$PWD/cache"
+rc=0
+for step in ${KF_STEPS:-tune validate diag bench}; do
+  case "$step" in
+    tune) PYTHONPATH="/tmp/kf-site:$PWD" python3 -m kernelforge tune --export "$OUT/nvidia_h100_80gb_hbm3.sm_90a.json" \
+            > "$OUT/tune.log" 2>&1 || rc=1; tail -1 "$OUT/tune.log" ;;
+    validate) bash ci/gpu_validate.sh > "$OUT/validate.log" 2>&1 || rc=1; tail -1 "$OUT/validate.log" ;;
+    diag) PYTHONPATH="/tmp/kf-site:$PWD" python3 benchmarks/diag_startup_modes.py --runs 16 > "$OUT/startup_diag.log" 2>&1 || rc=1
+          PYTHONPATH="/tmp/kf-site:$PWD" python3 benchmarks/diag_first_call_profile.py > "$OUT/first_call_profile.log" 2>&1 || rc=1 ;;
+    bench) bash ci/device_bench.sh > /dev/null 2>&1 || rc=1; tail -3 "$OUT/run.log"
+           tar -czf "$OUT/results.tar.gz" -C "$OUT" results && rm -rf "$OUT/results" ;;
+  esac
+done
+exit $rc
