@@ -30,7 +30,7 @@ from dataclasses import dataclass
 import cuda.bindings.driver as cuda
 import cutlass
 import cutlass.cute as cute
-from cutlass import Float32, Int16, Int32, Uint8
+from cutlass import Float32, Int16, Int32, Uint8, Uint32
 
 from ..formats import SWIZZLE_ROWS, Format
 from .blockscale import BlockQuantizer, byte_views, scale_coords, scale_grid, scale_offset, widen
@@ -205,23 +205,52 @@ class QuantizeGroupedKernel:
             if cutlass.const_expr(mG is not None):
                 if per_group:
                     enc_g, inv_g = self.q.global_factors(self.global_scale_of(mG, g))
-            for k0 in cutlass.range(lane, n_cols, WARP * unroll):
-                # The loads of all `unroll` blocks are issued before the first is quantized.
-                raws = []
-                for u in cutlass.range_constexpr(unroll):
-                    k = k0 + u * WARP
-                    raw = cute.make_rmem_tensor(self.block, mX.element_type)
-                    if row < t_rows and k < k_blocks:
-                        cute.autovec_copy(gX[(0, None), (row, k)], raw)
-                    raws.append(raw)
-                for u in cutlass.range_constexpr(unroll):
-                    k = k0 + u * WARP
-                    if k < n_cols:
-                        s_off = scale_offset(m, k, n_cols, True)
-                        if row < t_rows and k < k_blocks:
-                            mS[s_off] = self.quantize_raw(raws[u], gQ[(0, None), (row, k)], enc_g, inv_g)
-                        else:
-                            mS[s_off] = Uint8(0)
+            if row < t_rows:  # padding rows: zeroed below, a whole line at a time
+                for k0 in cutlass.range(lane, n_cols, WARP * unroll):
+                    # The loads of all `unroll` blocks are issued before the first is quantized.
+                    raws = []
+                    for u in cutlass.range_constexpr(unroll):
+                        k = k0 + u * WARP
+                        raw = cute.make_rmem_tensor(self.block, mX.element_type)
+                        if k < k_blocks:
+                            cute.autovec_copy(gX[(0, None), (row, k)], raw)
+                        raws.append(raw)
+                    for u in cutlass.range_constexpr(unroll):
+                        k = k0 + u * WARP
+                        if k < n_cols:
+                            s_off = scale_offset(m, k, n_cols, True)
+                            if k < k_blocks:
+                                mS[s_off] = self.quantize_raw(raws[u], gQ[(0, None), (row, k)], enc_g, inv_g)
+                            else:
+                                mS[s_off] = Uint8(0)
+
+        # Padding rows (each group's rows up to its next multiple of 128, and every row after the
+        # last group) by whole chunks: a lane zeroes the rows of one 16-byte line of a chunk that
+        # are padding, so a warp store covers 128 bytes in 4 lines, where the row loop's byte
+        # stores covered 32 bytes in 8 (H100, 16384 x 7168, skipping padding rows altogether:
+        # NVFP4 G=64 119.1 -> 112.3 us, G=1024 493 -> 221 us). Work items: each chunk of each
+        # group's last block, then of every block after the last group.
+        chunk_cols = n_cols // 4
+        s32 = cute.make_tensor(cute.recast_ptr(mS.iterator, dtype=Uint32), cute.make_layout(cute.size(mS) // 4))
+        tail_blocks = (total_rows - total) // SWIZZLE_ROWS
+        for item in cutlass.range(bidx * warps + tidx // WARP, (n_groups + tail_blocks) * chunk_cols, n_warps):
+            e = item // chunk_cols
+            b = total // SWIZZLE_ROWS + (e - n_groups)  # a block after the last group: all padding
+            first = Int32(0)
+            if e < n_groups:
+                begin = Int32(0)
+                if e > 0:
+                    begin = ends[skew(e - 1)]
+                data_end = starts[skew(e)] + (ends[skew(e)] - begin)  # scale row after the group's last
+                b = starts[skew(e + 1)] // SWIZZLE_ROWS - 1  # the group's last block (if it has one)
+                first = SWIZZLE_ROWS
+                if starts[skew(e + 1)] > data_end:
+                    first = data_end - b * SWIZZLE_ROWS
+            if first < SWIZZLE_ROWS:
+                word = (b * (n_cols << 7) + ((item - e * chunk_cols) << 9)) // 4 + lane * 4
+                for j in cutlass.range_constexpr(SWIZZLE_ROWS // WARP):  # rows lane, lane + 32, ...
+                    if j * WARP + lane >= first:
+                        s32[word + j] = Uint32(0)
 
     @cute.jit
     def row_of(self, m: Int32, ends: cute.Tensor, starts: cute.Tensor, block_group: cute.Tensor, direct,
