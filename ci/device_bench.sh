@@ -6,12 +6,7 @@
 # KF_BENCH_ARGS adds run.py flags (e.g. --quick, --only dual rht). Exit code: run.py's (1: a section failed).
 set -uo pipefail
 cd "$(dirname "$0")/.."
-OUT="${OUT:-/tmp/kf-out}"; mkdir -p "$OUT"
-export PYTHONUNBUFFERED=1
-# Byte-compiled like a user's install (pip compiles on install; the device sets PYTHONDONTWRITEBYTECODE,
-# so without this every fresh process of the startup section would compile every module it imports).
-python3 -m pip install -q --no-index --no-deps --no-cache-dir --upgrade --target /tmp/kf-site .whl/*.whl
-python3 -m compileall -q kernelforge >/dev/null || true
+source ci/device_env.sh
 PYTHONPATH="/tmp/kf-site:$PWD" KERNELFORGE_CACHE_DIR="$PWD/cache" \
   python3 benchmarks/run.py --out-dir "$OUT/results" --json "$OUT/run.json" --no-append ${KF_BENCH_ARGS:-} 2>&1 \
   | tee "$OUT/run.log"

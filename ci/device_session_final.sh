@@ -6,10 +6,7 @@
 # KF_STEPS picks steps (default: "tune validate diag bench").
 set -uo pipefail
 cd "$(dirname "$0")/.."
-OUT="${OUT:-/tmp/kf-out}"; mkdir -p "$OUT"
-export PYTHONUNBUFFERED=1
-python3 -m pip install -q --no-index --no-deps --no-cache-dir --upgrade --target /tmp/kf-site .whl/*.whl
-python3 -m compileall -q kernelforge >/dev/null || true
+source ci/device_env.sh
 export KERNELFORGE_CACHE_DIR="$PWD/cache"
 rc=0
 for step in ${KF_STEPS:-tune validate diag bench}; do
