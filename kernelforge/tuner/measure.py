@@ -33,9 +33,8 @@ def tuned_families() -> dict[str, OpFamily]:
 
 
 # A candidate replaces the family's heuristic pick only when it is at least this much faster at
-# the sample M: equal candidates differ by noise (H100 table of 2026-11-26: 9.8 against 9.8 us
-# at M = 2048 picked 256 threads for MXFP8 linear, which then ran 1024 x 4096 in 6.1 us
-# against 5.2 us for the 128-thread swizzled twin).
+# the sample M: equal candidates differ by noise, and a tie then decided the table (H100,
+# 2026-11-26: 9.8 against 9.8 us at M = 2048 picked 256 threads for MXFP8 linear).
 MIN_GAIN = 0.02
 
 
