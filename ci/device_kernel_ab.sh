@@ -8,9 +8,8 @@
 # `python benchmarks/kernel_ab_table.py kernel_ab.tar.gz` prints the comparison.
 set -uo pipefail
 cd "$(dirname "$0")/.."
-OUT="${OUT:-/tmp/kf-out}"; rm -rf "$OUT/ab"; mkdir -p "$OUT/ab"
-export PYTHONUNBUFFERED=1
-python3 -m pip install -q --no-index --no-deps --no-cache-dir --upgrade --target /tmp/kf-site .whl/*.whl
+source ci/device_env.sh
+rm -rf "$OUT/ab"; mkdir -p "$OUT/ab"
 cache="$(realpath "${KF_CACHE:?KF_CACHE: the cache folder every tree reads}")"
 rc=0
 {

@@ -5,8 +5,7 @@
 # (ncu's csv) and prints one line per case and metric.
 set -uo pipefail
 cd "$(dirname "$0")/.."
-OUT="${OUT:-/tmp/kf-out}"; mkdir -p "$OUT"
-python3 -m pip install -q --no-index --no-deps --no-cache-dir --upgrade --target /tmp/kf-site .whl/*.whl
+source ci/device_env.sh
 tree="$(realpath "${KF_TREE:-.}")"
 metrics="gpu__time_duration.sum,dram__bytes_read.sum,dram__bytes_write.sum,\
 lts__t_sectors_srcunit_tex_op_read.sum,lts__t_sectors_srcunit_tex_op_write.sum,\

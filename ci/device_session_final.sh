@@ -11,7 +11,8 @@ export KERNELFORGE_CACHE_DIR="$PWD/cache"
 rc=0
 for step in ${KF_STEPS:-tune validate diag bench}; do
   case "$step" in
-    tune) PYTHONPATH="/tmp/kf-site:$PWD" python3 -m kernelforge tune --export "$OUT/nvidia_h100_80gb_hbm3.sm_90a.json" \
+    tune) device="$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1 | tr 'A-Z ' 'a-z_')"  # the committed tables' naming
+          PYTHONPATH="/tmp/kf-site:$PWD" python3 -m kernelforge tune --export "$OUT/$device.sm_90a.json" \
             > "$OUT/tune.log" 2>&1 || rc=1; tail -1 "$OUT/tune.log" ;;
     validate) bash ci/gpu_validate.sh > "$OUT/validate.log" 2>&1 || rc=1; tail -1 "$OUT/validate.log" ;;
     diag) PYTHONPATH="/tmp/kf-site:$PWD" python3 benchmarks/diag_startup_modes.py --runs 16 > "$OUT/startup_diag.log" 2>&1 || rc=1
