@@ -71,12 +71,10 @@ def same_size_copy_us(nbytes: int) -> float:
     """GPU time (us, CUDA-graph replay) of a device-to-device copy that moves `nbytes` (half read,
     half written), its sources rotated beyond L2: what a kernel moving those bytes can hope for at
     that size (launch and ramp-up included), where the 2 GiB copy measures the sustained rate."""
-    half = max(1, nbytes // 2)
-    n = min(16, max(2, (4 * L2_BYTES) // half + 1))
-    srcs = [torch.empty(half, dtype=torch.uint8, device="cuda").random_() for _ in range(n)]
-    dst = torch.empty(half, dtype=torch.uint8, device="cuda")
+    srcs = rotating_inputs(1, max(1, nbytes // 4))  # bf16: nbytes / 2 per copy
+    dst = torch.empty_like(srcs[0])
     it = iter(range(10**9))
-    return graph_us(lambda: dst.copy_(srcs[next(it) % n]))
+    return graph_us(lambda: dst.copy_(srcs[next(it) % len(srcs)]))
 
 
 def io_bytes(*tensors) -> int:
