@@ -16,8 +16,8 @@ byte each. Scale row r of expert e is global row `e * rows + r`, and group g's b
 multiple of 128, so in both groupings the byte offset is the plain `scale_offset` of the global scale row;
 only the mapping from a scale row to an input row differs.
 
-For `offsets` at most `MAX_CTAS` CTAs loop over the scale rows, a warp per row and its lanes
-over the row's scale columns. Each CTA first stages the offsets in shared memory, its first
+For `offsets` at most `MAX_CTAS` CTAs (per format) loop over the scale rows, a warp per row and
+its lanes over the row's scale columns. Each CTA first stages the offsets in shared memory, its first
 warp turns them into per-group row ranges and padded block starts (two warp scans over chunks
 of groups; CTA 0 also writes `scale_offsets`), the CTA fills a table of the group of every
 128-row scale block, and each warp then finds the group of each of its scale rows there (or,
@@ -43,10 +43,12 @@ SEARCH_STEPS = MAX_GROUPS.bit_length() - 1
 WARP = 32
 TABLE = MAX_GROUPS + MAX_GROUPS // WARP + 1  # skewed entries 0..MAX_GROUPS
 # `offsets` CTAs loop over the scale rows (grid-stride) so that each builds its group table
-# once for many rows: about two waves of 128-thread CTAs on an H100 or B200 (H100, 16384 x 7168
-# G = 8: 1024 / 2048 / 4096 CTAs, MXFP8 128 / 124 / 122 us, NVFP4 132 / 118 / 115 us, MXFP4
-# 105 / 103 / 103 us; at G = 1024 2048 is best for the MX formats).
-MAX_CTAS = 2048
+# once for many rows, at most this many per format (H100, 16384 x 7168 G = 8: 1024 / 2048 / 4096
+# CTAs, MXFP8 128 / 124 / 122 us, MXFP4 105 / 103 / 103 us, at G = 1024 2048 is best for MX).
+# NVFP4 (80 registers, 6 CTAs of an SM) ends in a partial wave at 2048 CTAs; with 4096 each warp
+# has about one row and the tail is short (H100, G = 8 / 64 / 1024, 2048 / 3168 / 4096 CTAs:
+# 110.8 / 107.9 / 107.8 us, 116.7 / 110.7 / 111.0 us, 263 / 251 / 241.5 us; RESULTS.md).
+MAX_CTAS = {"mx": 2048, "nvfp4": 4096}
 # 128-row scale blocks whose group is looked up directly (x of up to about 256k rows; beyond,
 # the binary search). 4 KiB of shared memory.
 BLOCK_TABLE = 2048
@@ -88,7 +90,9 @@ class QuantizeGroupedKernel:
         self.block = cfg.fmt.block
         self.swizzled = cfg.layout == "swizzled"
         self.experts = cfg.grouping == "experts"
-        self.row_bytes_in_flight = ROW_BYTES_IN_FLIGHT["nvfp4" if self.q.nvfp4 else "mx"]
+        family = "nvfp4" if self.q.nvfp4 else "mx"
+        self.row_bytes_in_flight = ROW_BYTES_IN_FLIGHT[family]
+        self.max_ctas = MAX_CTAS[family]
 
     @cute.jit
     def __call__(
@@ -114,9 +118,9 @@ class QuantizeGroupedKernel:
         grid = (total_rows * n_cols + (threads - 1)) // threads
         if cutlass.const_expr(not self.experts):
             # A warp per scale row; at least one CTA (with no scale byte at all it still writes
-            # scale_offsets), at most MAX_CTAS.
+            # scale_offsets), at most max_ctas.
             warps = threads // WARP
-            grid = cutlass.min(cutlass.max((total_rows + (warps - 1)) // warps, 1), MAX_CTAS)
+            grid = cutlass.min(cutlass.max((total_rows + (warps - 1)) // warps, 1), self.max_ctas)
         self.kernel(mX, mOff, mQ, mS, mSO, mG, n_rows, total_rows, n_cols).launch(
             grid=[grid, 1, 1], block=[threads, 1, 1], stream=stream, use_pdl=PDL
         )
