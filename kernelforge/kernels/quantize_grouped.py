@@ -23,7 +23,8 @@ of groups; CTA 0 also writes `scale_offsets`), the CTA fills a table of the grou
 128-row scale block, and each warp then finds the group of each of its scale rows there (or,
 past `BLOCK_TABLE` blocks, by binary search over the starts). Offsets are made safe before
 use, whatever their values: `end[g] = clamp(max(offsets[0..g]), 0, T)` (monotonic, within x),
-and at most `MAX_GROUPS` groups are read; for valid offsets this is the identity.
+and at most `MAX_GROUPS` groups are read; for valid offsets this is the identity. The row loop
+skips padding scale rows; a second phase zeroes them by whole 16-byte lines of the swizzle chunks.
 """
 from dataclasses import dataclass
 
@@ -251,7 +252,8 @@ class QuantizeGroupedKernel:
                 if starts[skew(e + 1)] > data_end:
                     first = data_end - b * SWIZZLE_ROWS
             if first < SWIZZLE_ROWS:
-                word = (b * (n_cols << 7) + ((item - e * chunk_cols) << 9)) // 4 + lane * 4
+                # The chunk's first word, then the lane's line (rows lane, lane + 32, ... of 4 scale columns).
+                word = scale_offset(b * SWIZZLE_ROWS, 4 * (item - e * chunk_cols), n_cols, True) // 4 + lane * 4
                 for j in cutlass.range_constexpr(SWIZZLE_ROWS // WARP):  # rows lane, lane + 32, ...
                     if j * WARP + lane >= first:
                         s32[word + j] = Uint32(0)
