@@ -243,10 +243,8 @@ class QuantizeGroupedKernel:
             b = total // SWIZZLE_ROWS + (e - n_groups)  # a block after the last group: all padding
             first = Int32(0)
             if e < n_groups:
-                begin = Int32(0)
-                if e > 0:
-                    begin = ends[skew(e - 1)]
-                data_end = starts[skew(e)] + (ends[skew(e)] - begin)  # scale row after the group's last
+                # The scale row after the group's last.
+                data_end = starts[skew(e)] + (ends[skew(e)] - self.first_row(ends, e))
                 b = starts[skew(e + 1)] // SWIZZLE_ROWS - 1  # the group's last block (if it has one)
                 first = SWIZZLE_ROWS
                 if starts[skew(e + 1)] > data_end:
@@ -257,6 +255,14 @@ class QuantizeGroupedKernel:
                 for j in cutlass.range_constexpr(SWIZZLE_ROWS // WARP):  # rows lane, lane + 32, ...
                     if j * WARP + lane >= first:
                         s32[word + j] = Uint32(0)
+
+    @cute.jit
+    def first_row(self, ends: cute.Tensor, g: Int32) -> Int32:
+        """Input row where group g begins: the clamped end of group g - 1 (0 for the first)."""
+        begin = Int32(0)
+        if g > 0:
+            begin = ends[skew(g - 1)]
+        return begin
 
     @cute.jit
     def row_of(self, m: Int32, ends: cute.Tensor, starts: cute.Tensor, block_group: cute.Tensor, direct,
@@ -274,10 +280,7 @@ class QuantizeGroupedKernel:
                     if nxt < n_groups:
                         if starts[skew(nxt)] <= m:
                             g = nxt
-            begin = Int32(0)
-            if g > 0:
-                begin = ends[skew(g - 1)]
-            r = begin + (m - starts[skew(g)])
+            r = self.first_row(ends, g) + (m - starts[skew(g)])
             if r < ends[skew(g)]:
                 row = r
         return g, row
