@@ -34,9 +34,7 @@ def _structural(prefix: tuple[str, ...]) -> bool:
     """Whether root/prefix is a directory no writer ever replaces (see TrustedRoot.open_dir)."""
     if len(prefix) <= 1:
         return not prefix or prefix[0] in _STRUCTURAL
-    if prefix[1] not in _STRUCTURAL.get(prefix[0], ()):
-        return False
-    return len(prefix) == 2 or (len(prefix) == 3 and prefix[1] == "artifacts" and len(prefix[2]) == 2)
+    return len(prefix) == 2 and prefix[1] in _STRUCTURAL.get(prefix[0], ())
 
 
 class MissingCacheFile(CacheError, FileNotFoundError):
@@ -127,10 +125,11 @@ class TrustedRoot:
     def open_dir(self, parts: list[str] | tuple[str, ...]) -> int:
         """A descriptor of root/parts (each component trusted, no symlink followed); caller closes it.
 
-        Descriptors of the structural directories (the root, v1/, artifacts/ and its two-hex
-        prefixes, runtime/, dispatch/) are kept after their first check, so loading a module
-        opens only its entry directory (halves the load path's cost: benchmarks/bench_load.py).
-        Those directories are created once and never replaced by any writer."""
+        Descriptors of the structural directories (the root, v1/ and its artifacts/, runtime/,
+        dispatch/) are kept after their first check, so loading a module opens only its prefix
+        and entry directories (benchmarks/bench_load.py). Those directories are created once and
+        never replaced by any writer. The two-hex prefixes below artifacts/ are not kept: up to
+        256 more descriptors would grow the process's descriptor table (see runtime/loader.py)."""
         parts = tuple(parts)
         with self._dirs_lock:
             depth = max((n for n in range(len(parts) + 1) if parts[:n] in self._dirs), default=-1)

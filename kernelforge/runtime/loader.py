@@ -10,9 +10,16 @@ sealed memfd first cost 0.35 ms more for the 0.7 MB runtime library.
 
 A kernel's runtime library is loaded first, the same way, from the entry its index entry
 names: the module's DT_NEEDED then matches that library's soname and the dynamic linker never
-searches RUNPATH for it. A kernel whose runtime entry is missing is refused. The descriptors
-stay open for the life of the process: the dynamic linker identifies loaded objects by name,
-and a reused `/proc/self/fd/N` would otherwise name an earlier object.
+searches RUNPATH for it. A kernel whose runtime entry is missing is refused.
+
+A descriptor is closed once its file is loaded, so loading modules holds no descriptors. The
+dynamic linker identifies loaded objects by the name they were loaded by, and descriptor
+numbers are reused: every load therefore gets a name no earlier load had, the same
+`/proc/self/fd/N` spelled with more slashes after `fd/` (the kernel's path walk ignores them).
+Holding one descriptor per module instead grew a process's descriptor table past 64 entries
+after a few ops in a fresh torch process (46 descriptors after CUDA's start), and the kernel
+grows a shared table only after an RCU grace period: 10-20 ms in the op's first call
+(benchmarks/diag_startup_stall.py, H100 host).
 
 The runtime library is imported as a Python extension: its launcher (build/launch.c) calls the
 kernels' TVM-FFI entry points with torch tensors. The tvm_ffi Python package is never imported
@@ -40,7 +47,7 @@ from ..errors import CacheError, CorruptArtifact
 _lock = threading.Lock()
 _modules: dict[tuple[str, str], Any] = {}  # (key, sha256) -> loaded kernel (a launcher Kernel)
 _runtimes: dict[tuple[str, str], Any] = {}  # (key, sha256) -> a runtime library's launcher module
-_held_fds: list[int] = []  # descriptors of loaded files (see the module docstring)
+_fd_name_slashes: dict[int, int] = {}  # descriptor number -> slashes its next load name gets
 _log = logging.getLogger("kernelforge.runtime.loader")
 _tvm_ffi_lib: list[ctypes.CDLL] = []
 LAUNCH_MODULE = "kernelforge_launch"  # the runtime library's Python module name (build/launch.c)
@@ -60,6 +67,15 @@ def tvm_ffi_library() -> ctypes.CDLL:
         except OSError as exc:
             raise CacheError(f"cannot load {path} ({exc}); reinstall apache-tvm-ffi") from None
     return _tvm_ffi_lib[0]
+
+
+def fresh_fd_name(fd: int) -> str:
+    """A `/proc/self/fd/N` name for loading descriptor `fd` that no earlier load of this process used.
+
+    At least one extra slash: a plain `/proc/self/fd/N` another library loaded by stays apart."""
+    slashes = _fd_name_slashes.get(fd, 1)
+    _fd_name_slashes[fd] = slashes + 1
+    return "/proc/self/fd/" + "/" * slashes + str(fd)
 
 
 def fix_command(root: Any, entry: dict[str, Any]) -> str:
@@ -164,20 +180,20 @@ def _load_runtime(trusted: TrustedRoot, entry: dict[str, Any], runtime_entry: di
     tvm_ffi_library()
     fd = open_verified(trusted, runtime_entry, "runtime library")
     try:
-        loader = importlib.machinery.ExtensionFileLoader(LAUNCH_MODULE, f"/proc/self/fd/{fd}")
+        loader = importlib.machinery.ExtensionFileLoader(LAUNCH_MODULE, fresh_fd_name(fd))
         spec = importlib.util.spec_from_loader(LAUNCH_MODULE, loader)
         module = importlib.util.module_from_spec(spec)  # type: ignore[arg-type]
         loader.exec_module(module)
         module.Kernel  # noqa: B018 - a runtime library from before the launcher has none
     except (ImportError, OSError, AttributeError) as exc:
-        os.close(fd)
         if "PyInit_" in str(exc) or isinstance(exc, AttributeError):
             raise CorruptArtifact(
                 f"runtime library {rkey[:12]} predates the launcher (built by an older kernelforge); fix: "
                 f"kernelforge build --cache {trusted.root} --arch {entry.get('arch')} "
                 f"(then `kernelforge cache clean --stale --cache {trusted.root}` drops the old builds)") from None
         raise CorruptArtifact(f"runtime library {rkey[:12]} cannot be loaded ({exc}); fix: {hint}") from None
-    _held_fds.append(fd)
+    finally:
+        os.close(fd)
     _runtimes[ident] = module
     return module
 
@@ -195,13 +211,13 @@ def load_function(trusted: TrustedRoot, entry: dict[str, Any], runtime_entry: di
             symbol = str((entry.get("extra") or {}).get("symbol"))
             fd = open_verified(trusted, entry, "kernel module")
             try:
-                handle = ctypes.CDLL(f"/proc/self/fd/{fd}", mode=os.RTLD_LOCAL)
+                handle = ctypes.CDLL(fresh_fd_name(fd), mode=os.RTLD_LOCAL)
                 address = ctypes.cast(getattr(handle, ENTRY_PREFIX + symbol), ctypes.c_void_p).value
             except (OSError, AttributeError) as exc:
-                os.close(fd)
                 raise CorruptArtifact(f"kernel module {entry.get('name')} cannot be loaded ({exc}); "
                                       f"fix: {fix_command(trusted.root, entry)}") from None
-            _held_fds.append(fd)
+            finally:
+                os.close(fd)
             kernel = _modules[ident] = launcher.Kernel(address, symbol, handle)
             if _log.isEnabledFor(logging.INFO):
                 rt = " (and its runtime library)" if len(_runtimes) > had_runtime else ""

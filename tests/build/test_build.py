@@ -142,7 +142,7 @@ def test_module_exports_and_needed(built_cache):
 
 
 CPU_CALL = """
-import sys, torch
+import os, sys, torch
 from kernelforge.cache import load_index_for_runtime
 from kernelforge.cache.trust import TrustedRoot
 from kernelforge.runtime.loader import load_function
@@ -154,11 +154,12 @@ q = torch.zeros(4, 128, dtype=torch.uint8)
 s = torch.zeros(16, dtype=torch.uint8)
 # Bad calls, each stopped by the kernel's own argument checks (no GPU here) or by the launcher.
 BAD = [(x, q, s, None), (x, q), (7, q, s, None), (x, q, s, 2.5), (x, q, s, None, True)]
-errors = {}
+errors, open_fds = {}, set()
 for e in idx.values():
     if e["kind"] != "kernel":
         continue
     fn = load_function(TrustedRoot(root), e, rt)
+    open_fds.add(len(os.listdir("/proc/self/fd")))  # a loaded module holds no descriptor
     errors[e["key"]] = []
     for args in BAD:
         try:
@@ -182,6 +183,7 @@ for e in idx.values():
     else:
         raise AssertionError("a keyword argument was accepted")
     print("OK", e["name"])
+assert len(open_fds) == 1, open_fds
 print("tvm_ffi imported:", "tvm_ffi" in sys.modules)
 print("cutlass loaded:", any(m == "cutlass" or m.startswith("cutlass.") for m in sys.modules))
 for line in open("/proc/self/maps"):
