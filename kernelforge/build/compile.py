@@ -20,6 +20,7 @@ from ..kernels.quantize import QuantizeConfig, QuantizeKernel
 from ..kernels.quantize_grouped import QuantizeGroupedConfig, QuantizeGroupedKernel
 from ..kernels.quantize_tiled import TILE_BLOCKS, TiledQuantizeConfig, TiledQuantizeKernel
 from ..kernels.rmsnorm_quantize import RMSNormQuantizeConfig, RMSNormQuantizeKernel
+from ..kernels.scale_layout import CTA_WORDS, SECTOR_WORDS, ScaleUnswizzleKernel
 from .toolchain import COMPILE_OPTIONS
 
 DTYPES = {
@@ -156,6 +157,21 @@ def quantize_grouped_args(v: Any) -> tuple[object, list[object]]:
     s = make_fake_compact_tensor(DTYPES[fmt.scale_dtype], (e, rows, cute.sym_int32(symbol="SC")),
                                  stride_order=(2, 1, 0), assumed_align=4)
     return kernel, [x, None, q, s, None, g, stream]
+
+
+def scale_layout_args(v: Any) -> tuple[object, list[object]]:
+    """Two (swizzled, linear) scale pairs as int32 words: swizzled scales flat [Mp * Np / 4],
+    linear [M, Np / 4] with Np / 4 a multiple of 8 and 16-byte aligned rows (the K-class); a
+    second pair of zero rows stands for none."""
+    pairs = []
+    for suffix in ("", "T"):
+        src = make_fake_compact_tensor(cutlass.Int32, (cute.sym_int32(divisibility=CTA_WORDS, symbol="S" + suffix),),
+                                       assumed_align=16)
+        words = cute.sym_int32(divisibility=SECTOR_WORDS, symbol="W" + suffix)
+        dst = make_fake_compact_tensor(cutlass.Int32, (cute.sym_int32(symbol="M" + suffix), words),
+                                       stride_order=(1, 0), assumed_align=v.kclass.vector_bytes)
+        pairs += [src, dst]
+    return ScaleUnswizzleKernel(), [*pairs, make_fake_stream(use_tvm_ffi_env_stream=True)]
 
 
 def compile_variant(v: Any, object_path: Path) -> None:

@@ -193,4 +193,14 @@ QUANTIZE_COLUMNWISE = OpFamily(
     api=("kernelforge.ops.rht:quantize_nvfp4_rht", "kernelforge.ops.rht:rht_global_scale"),
 )
 
-BUILTIN: tuple[OpFamily, ...] = (QUANTIZE, RMSNORM_QUANTIZE, QUANTIZE_GROUPED, QUANTIZE_COLUMNWISE)
+# Swizzled -> linear rewrite of one or two block-scale matrices (as 4-byte words). Internal:
+# the columnwise op's linear path for MX formats at large shapes (ops/scale_layout.py). The
+# K-class bounds the linear rows: whole 32-byte sectors, 16-byte aligned.
+SCALE_LAYOUT = OpFamily(
+    schema=schema("scale_layout", ("kclass", "arch"), ()),
+    sources=("kernels/scale_layout.py",),
+    builder=f"{_BUILDERS}:scale_layout_args",
+    args=("scale", "linear_scale", "scale_t", "linear_scale_t"),
+)
+
+BUILTIN: tuple[OpFamily, ...] = (QUANTIZE, RMSNORM_QUANTIZE, QUANTIZE_GROUPED, QUANTIZE_COLUMNWISE, SCALE_LAYOUT)

@@ -9,6 +9,7 @@ import torch
 from ..formats import DTYPE_BYTES, Format
 from ..limits import MAX_M_TILES, RHT_SIGN_MASK, RHT_SIZE, TILE_M
 from . import _common as c
+from . import scale_layout
 
 
 def check_input(x: object, dtypes: tuple[torch.dtype, ...] = tuple(c.DTYPES)) -> str:
@@ -89,15 +90,22 @@ def run(x: torch.Tensor, fmt: Format, mode: str, layout: str, data_dtype: torch.
     if m and k:
         es = DTYPE_BYTES[dtype]
         stride_bytes = x2.stride(0) * es if m > 1 else k * es
-        coords = (("dtype", dtype), ("format", fmt.name), ("layout", layout),
+        linear = tuple(outs[1::2])  # (scale, scale_t) or (scale_t,)
+        staged = layout == "linear" and scale_layout.staged(fmt, m, k, rowwise, transform, linear)
+        coords = (("dtype", dtype), ("format", fmt.name), ("layout", "swizzled" if staged else layout),
                   ("outputs", "dual" if rowwise else "columnwise"), ("scale_mode", mode), ("transform", transform))
         fn = c.kernel_for("quantize_columnwise", coords, device.index, k, b, x2.data_ptr(), stride_bytes, m)
         scales = (g_row, g_col)
         g_row = c.global_scale_arg(fmt, g_row, device)
         g_col = c.global_scale_arg(fmt, g_col, device) if transform == "rht" else g_row
         data = outs[0] if not rowwise or len(shape) == 2 else outs[0].view(m, outs[0].shape[-1])
-        fn(x2, data if rowwise else None, outs[1] if rowwise else None, outs[-2], outs[-1], g_row, g_col, sign_mask)
-        if key is not None and x2 is x and all(o is t for o, t in zip(outs, out)):
+        written = tuple(map(scale_layout.swizzled_like, linear)) if staged else linear
+        fn(x2, data if rowwise else None, written[0] if rowwise else None, outs[-2], written[-1], g_row, g_col,
+           sign_mask)
+        if staged:
+            scale_layout.unswizzle_into(list(zip(written, linear)))
+        # The staged path is not remembered: its shapes are GPU-bound, and its scratch would be held.
+        elif key is not None and x2 is x and all(o is t for o, t in zip(outs, out)):
             c.remember_fast(key, fn, (*outs, *scales[:2 if transform == "rht" else 1]),
                             (g_row, g_col, rowwise, sign_mask), x, outs)
     else:

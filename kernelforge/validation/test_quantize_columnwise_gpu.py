@@ -15,7 +15,7 @@ import torch
 
 import kernelforge
 from kernelforge.formats import FORMATS
-from kernelforge.ops import _common
+from kernelforge.ops import _common, scale_layout
 from kernelforge.ops.quantize_columnwise import hadamard_columns
 from kernelforge.ops.reference import quantize_ref, rht_ref
 
@@ -214,6 +214,67 @@ def test_non_default_stream_and_cuda_graph():
         torch.cuda.synchronize()
         assert_matches(res[0], res[1], x, "nvfp4", "none", "swizzled", g)
         assert_matches(res[2], res[3], x.t().contiguous(), "nvfp4", "none", "swizzled", g)
+
+
+# ---- linear scales through swizzled scales and the layout pass (ops/scale_layout.py) ----
+
+
+@pytest.fixture
+def staged_calls(monkeypatch):
+    """Counts the layout pass's launches; `every()` makes every format and output set take the
+    staged path at any size (the shipped thresholds otherwise), so small inputs exercise it."""
+    calls = []
+    real = scale_layout.unswizzle_into
+    monkeypatch.setattr(scale_layout, "unswizzle_into", lambda pairs: (calls.append(len(pairs)), real(pairs)))
+
+    def every() -> None:
+        table = {(f, o): 0 for f in FORMATS for o in ("dual", "columnwise")}
+        monkeypatch.setattr(scale_layout, "STAGED_MIN_ELEMENTS", table)
+
+    calls.every = every
+    return calls
+
+
+@pytest.mark.parametrize("dtype", list(DTYPES))
+@pytest.mark.parametrize("fmt,mode", COMBOS)
+def test_staged_linear_scales_match_the_reference(fmt, mode, dtype, staged_calls, poison):
+    """Both output sets through the pass, into poisoned out= buffers followed by guard bytes: the
+    bytes equal the reference, nothing past a buffer is written. Shapes: whole sectors of both
+    scale matrices (M, K multiples of 32 blocks); columnwise-only also with K off the 128-row
+    band (the pass's last band of scale_t is partial) and off the 4-column chunk."""
+    staged_calls.every()
+    f = FORMATS[fmt]
+    b, bits = f.block, f.element_bits
+    d_dt, s_dt = getattr(torch, f.data_dtype), getattr(torch, f.scale_dtype)
+    g = _g(fmt)
+    cases = [(32 * b, 32 * b, True), (64 * b, 32 * b, True), (32 * b, 32 * b, False), (32 * b, 200, False),
+             (64 * b, 4 * b + 16, False)]
+    for m, k, rowwise in cases:
+        x = random_input(m, k, DTYPES[dtype])
+        shapes = [((k, m * bits // 8), d_dt), (_t_scale_shape(f, m, k, "linear"), s_dt)]
+        if rowwise:
+            data_shape, scale_shape = _common.output_shapes(f, (m, k), m, "linear")
+            shapes = [(data_shape, d_dt), (scale_shape, s_dt), *shapes]
+        pairs = [_guarded(tuple(sh), dt) for sh, dt in shapes]
+        out = tuple(poison(p[0]) for p in pairs)
+        before = len(staged_calls)
+        _check_dual(x, fmt, mode, "linear", g, rowwise, out=out, what=f"staged {m}x{k} {dtype}")
+        assert len(staged_calls) == before + 1 and staged_calls[-1] == (2 if rowwise else 1), staged_calls
+        for i, (_, guard) in enumerate(pairs):
+            assert (guard == 0xA5).all(), f"staged {m}x{k}: bytes past out[{i}] were written"
+
+
+def test_staged_path_is_taken_at_the_shipped_threshold_and_refused_off_its_k_class(staged_calls):
+    """The shipped rule stages MXFP8 dual at 4096x4096 (allocating call and out=); an out= scale
+    buffer that is not 16-byte aligned takes the direct kernel. Both equal the reference."""
+    x = random_input(4096, 4096, torch.bfloat16)
+    res = _check_dual(x, "mxfp8", "floor", "linear", None, True, what="shipped threshold")
+    assert staged_calls == [2]
+    raw = torch.full((res[1].numel() + 4,), 0xA5, dtype=torch.uint8, device="cuda")
+    misaligned = raw[4:].view(res[1].shape)
+    out = (torch.empty_like(res[0]), misaligned, torch.empty_like(res[2]), torch.empty_like(res[3]))
+    _check_dual(x, "mxfp8", "floor", "linear", None, True, out=out, what="misaligned scale buffer")
+    assert staged_calls == [2], "a misaligned linear scale buffer must take the direct kernel"
 
 
 # ---- NVFP4 with the random Hadamard transform ----

@@ -1,0 +1,58 @@
+"""When the columnwise op writes linear scales through swizzled scales and the layout pass
+(`kernelforge.ops.scale_layout.staged`): thresholds per format and output set, the pass's
+K-class (whole 32-byte sectors, 16-byte aligned, contiguous), no transform. No GPU needed."""
+from __future__ import annotations
+
+import pytest
+import torch
+
+from kernelforge.formats import FORMATS
+from kernelforge.ops.scale_layout import STAGED_MIN_ELEMENTS, staged
+
+
+def _scales(fmt: str, m: int, k: int, rowwise: bool, offset: int = 0) -> tuple[torch.Tensor, ...]:
+    """Linear scale matrices of a call (scale [M, K/B] if rowwise, scale_t [K, M/B]), optionally
+    starting `offset` bytes into their allocation."""
+    b = FORMATS[fmt].block
+    shapes = ([(m, k // b)] if rowwise else []) + [(k, m // b)]
+    out = []
+    for rows, cols in shapes:
+        raw = torch.empty(rows * cols + 64, dtype=torch.uint8)
+        base = (-raw.data_ptr()) % 16 + offset
+        out.append(raw[base:base + rows * cols].view(rows, cols))
+    return tuple(out)
+
+
+@pytest.mark.parametrize("fmt,outputs", sorted(STAGED_MIN_ELEMENTS))
+def test_threshold_per_format_and_outputs(fmt, outputs):
+    rowwise = outputs == "dual"
+    threshold = STAGED_MIN_ELEMENTS[(fmt, outputs)]
+    k = 8192
+    m_at = threshold // k
+    m_below = m_at - 1024
+    f = FORMATS[fmt]
+    assert staged(f, m_at, k, rowwise, "none", _scales(fmt, m_at, k, rowwise))
+    assert not staged(f, m_below, k, rowwise, "none", _scales(fmt, m_below, k, rowwise))
+    assert not staged(f, m_at, k, rowwise, "rht", _scales(fmt, m_at, k, rowwise))
+
+
+def test_unlisted_pairs_never_stage():
+    f = FORMATS["nvfp4"]
+    assert ("nvfp4", "columnwise") not in STAGED_MIN_ELEMENTS
+    assert not staged(f, 16384, 8192, False, "none", _scales("nvfp4", 16384, 8192, False))
+
+
+def test_whole_sectors_alignment_and_contiguity_are_required():
+    f = FORMATS["mxfp8"]
+    m, k = 16384, 8192
+    assert staged(f, m, k, True, "none", _scales("mxfp8", m, k, True))
+    # K/B = 8192/32 + 4 columns: not a whole number of 32-byte sectors per rowwise scale row
+    assert not staged(f, m, k + 128, True, "none", _scales("mxfp8", m, k + 128, True))
+    # M/B not a multiple of 32: the columnwise scale rows are not whole sectors
+    assert not staged(f, m + 32, k, True, "none", _scales("mxfp8", m + 32, k, True))
+    # columnwise only: K need not be anything (the pass's last band may be partial)
+    assert staged(f, m, k + 100, False, "none", _scales("mxfp8", m, k + 100, False))
+    assert not staged(f, m, k, True, "none", _scales("mxfp8", m, k, True, offset=4))
+    strided = torch.empty(k, 2 * (m // 32), dtype=torch.uint8)[:, : m // 32]
+    assert not staged(f, m, k, False, "none", (strided,))
+
