@@ -219,20 +219,24 @@ def test_non_default_stream_and_cuda_graph():
 # ---- linear scales through swizzled scales and the layout pass (ops/scale_layout.py) ----
 
 
+class StagedCalls(list):
+    """The layout pass's launches (the scale matrices of each); `every()` makes every format and
+    output set take the staged path at any size (the shipped thresholds otherwise)."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        super().__init__()
+        self.monkeypatch = monkeypatch
+        real = scale_layout.unswizzle_into
+        monkeypatch.setattr(scale_layout, "unswizzle_into", lambda pairs: (self.append(len(pairs)), real(pairs)))
+
+    def every(self) -> None:
+        table = {(f, o): 0 for f in FORMATS for o in ("dual", "columnwise")}
+        self.monkeypatch.setattr(scale_layout, "STAGED_MIN_ELEMENTS", table)
+
+
 @pytest.fixture
 def staged_calls(monkeypatch):
-    """Counts the layout pass's launches; `every()` makes every format and output set take the
-    staged path at any size (the shipped thresholds otherwise), so small inputs exercise it."""
-    calls = []
-    real = scale_layout.unswizzle_into
-    monkeypatch.setattr(scale_layout, "unswizzle_into", lambda pairs: (calls.append(len(pairs)), real(pairs)))
-
-    def every() -> None:
-        table = {(f, o): 0 for f in FORMATS for o in ("dual", "columnwise")}
-        monkeypatch.setattr(scale_layout, "STAGED_MIN_ELEMENTS", table)
-
-    calls.every = every
-    return calls
+    return StagedCalls(monkeypatch)
 
 
 @pytest.mark.parametrize("dtype", list(DTYPES))
