@@ -281,6 +281,38 @@ def test_staged_path_is_taken_at_the_shipped_threshold_and_refused_off_its_k_cla
     assert staged_calls == [2], "a misaligned linear scale buffer must take the direct kernel"
 
 
+def test_staged_path_on_a_side_stream_and_in_a_cuda_graph(staged_calls):
+    """The staged call (swizzled kernel, scratch scales, pass) keeps stream order on a busy side
+    stream, and replays from a CUDA graph (its scratch in the graph's pool) with fresh inputs."""
+    x = random_input(4096, 4096, torch.bfloat16)
+    res = kernelforge.quantize(x, "mxfp8", columnwise=True)  # loads both modules
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s):
+        torch.cuda._sleep(20_000_000)
+        for r in res:
+            r.view(torch.uint8).fill_(0xA5)
+        kernelforge.quantize(x, "mxfp8", columnwise=True, out=res)
+        ev = torch.cuda.Event()
+        ev.record(s)
+    assert not ev.query(), "the stream finished too early to prove ordering"
+    ev.synchronize()
+    assert_matches(res[0], res[1], x, "mxfp8", "floor", "linear", None, "side stream rowwise")
+    assert_matches(res[2], res[3], x.t().contiguous(), "mxfp8", "floor", "linear", None, "side stream columnwise")
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        kernelforge.quantize(x, "mxfp8", columnwise=True, out=res)
+    for _ in range(2):
+        x.copy_(random_input(4096, 4096, torch.bfloat16))
+        for r in res:
+            r.view(torch.uint8).fill_(0xA5)
+        graph.replay()
+        torch.cuda.synchronize()
+        assert_matches(res[0], res[1], x, "mxfp8", "floor", "linear", None, "graph rowwise")
+        assert_matches(res[2], res[3], x.t().contiguous(), "mxfp8", "floor", "linear", None, "graph columnwise")
+    assert staged_calls == [2, 2, 2], staged_calls  # eager, side stream, capture
+
+
 # ---- NVFP4 with the random Hadamard transform ----
 
 RHT_SHAPES = [(64, 128), (128, 256), (64, 64), (64, 144), (80, 128), (16, 16), (48, 144), (2048, 1024)]
