@@ -6,7 +6,7 @@ For each format, shape and output set (dual, columnwise-only), CUDA-graph replay
 benchmarks/run.py times it): the call with linear scales through the direct kernel, the same
 call through the staged path (`ops/scale_layout.py`: the swizzled kernel, then the pass
 kernel), the swizzled call alone and the pass alone; both linear paths' outputs must be equal
-byte for byte. The paths are forced through `scale_layout.STAGED_MIN_ELEMENTS` (every format
+byte for byte. The paths are forced through `kernelforge.staging.STAGED_MIN_ELEMENTS` (every format
 and output set staged, or none); the shipped thresholds there come from this script's output.
 `--torch-pass` also times a torch copy that permutes the swizzled scales (4-byte words), the
 first measurement of this idea.
@@ -22,6 +22,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import kernelforge  # noqa: E402
 from _timing import copy_bandwidth, graph_us, io_bytes, rotating_inputs, same_size_copy_us  # noqa: E402
+from kernelforge import staging  # noqa: E402
 from kernelforge.ops import scale_layout  # noqa: E402
 
 SHAPES = ((4096, 7168), (8192, 7168), (16384, 8192))
@@ -35,14 +36,14 @@ def torch_unswizzle_into(dst: torch.Tensor, sw: torch.Tensor) -> None:
     dst.view(torch.uint8).view(torch.int32).view(a, 4, 32, b).copy_(src)
 
 
-RULE = dict(scale_layout.STAGED_MIN_ELEMENTS)
+RULE = dict(staging.STAGED_MIN_ELEMENTS)
 
 
 def forced(staged: bool | None) -> None:
     """Every format and output set staged (True), none (False), or the shipped rule (None)."""
     pairs = [(f, o) for f in ("mxfp8", "mxfp4", "nvfp4") for o in ("dual", "columnwise")]
-    scale_layout.STAGED_MIN_ELEMENTS.clear()
-    scale_layout.STAGED_MIN_ELEMENTS.update(RULE if staged is None else {p: 0 for p in pairs} if staged else {})
+    staging.STAGED_MIN_ELEMENTS.clear()
+    staging.STAGED_MIN_ELEMENTS.update(RULE if staged is None else {p: 0 for p in pairs} if staged else {})
 
 
 def main() -> None:
@@ -74,7 +75,8 @@ def main() -> None:
                 pct = lambda us: 100 * nbytes / us / 1e3 / bw  # noqa: E731
                 what = "dual" if rowwise else "columnwise"
                 pairs = [(sw[i], outs["staged"][i]) for i in ((1, 3) if rowwise else (1,))]
-                t_alone = graph_us(lambda: scale_layout.unswizzle_into(pairs))
+                fn = scale_layout.pass_kernel(pairs[0][1])
+                t_alone = graph_us(lambda: scale_layout.unswizzle_into(fn, pairs))
                 moved = 2 * sum(d.numel() * d.element_size() for _, d in pairs)
                 line = (f"{fmt} {m}x{k} {what:10s} direct {times['direct']:7.1f} us ({pct(times['direct']):5.1f}%)  "
                         f"staged {times['staged']:7.1f} us ({pct(times['staged']):5.1f}%)  swizzled "

@@ -160,15 +160,28 @@ def _explain_call(op: str, args: List[str], layers: list, fmt: Fmt) -> int:
         fail(f"{op} dispatches on {known}" + (f"; unknown: {', '.join(unknown)}" if unknown else "")
              + (f"; missing: {', '.join(missing)}" if missing else ""))
     stride_bytes = int(stride) if stride is not None else k * ELEMENT_BYTES.get(kv.get("dtype", ""), 2)
+    staged = None
+    if op == "quantize_columnwise" and kv.get("layout") == "linear":
+        from kernelforge.staging import staged_shape
+
+        if staged_shape(fmt_name, FORMATS[fmt_name].block, m, k, kv.get("outputs") == "dual",
+                        kv.get("transform", "none")):
+            kv["layout"] = "swizzled"  # what runs; the pass then writes the linear scales
+            staged = ("linear scales are staged at this shape (kernelforge/staging.py): the swizzled build "
+                      "explained here runs, then the scale_layout pass rewrites its scales row-major (with 16-byte "
+                      "aligned, contiguous scale buffers; the direct linear build otherwise, or when the cache "
+                      "lacks the pass)")
     ex = explain_call(table, op, kv, capability, k, FORMATS[fmt_name].block, align, stride_bytes, m, device)
     if fmt is Fmt.json:
-        print(json.dumps(ex.to_dict(), indent=1))
+        print(json.dumps({**ex.to_dict(), "staged": staged}, indent=1))
     else:
         out = Console(highlight=False, soft_wrap=True)
         desc = ", ".join(f"{a}={v}" for a, v in sorted(kv.items()))
         out.print(f"{op} [{desc}] M={m} K={k} pointer {align}-byte aligned, row stride {stride_bytes} bytes, "
                   f"on {arch} (capability {capability[0]}.{capability[1]}){' ' + repr(device) if device else ''}",
                   markup=False)
+        if staged:
+            out.print(f"note: {staged}", markup=False)
         for v in ex.verdicts:
             out.print(f"  {v.status.upper():11} {v.name} [{v.key[:12]}] ({v.layer}): {v.why}", markup=False)
         if ex.chosen is not None:

@@ -6,6 +6,7 @@ from typing import Any, Optional
 
 import torch
 
+from ..errors import KernelNotBuilt
 from ..formats import DTYPE_BYTES, Format
 from ..limits import MAX_M_TILES, RHT_SIGN_MASK, RHT_SIZE, TILE_M
 from . import _common as c
@@ -91,10 +92,18 @@ def run(x: torch.Tensor, fmt: Format, mode: str, layout: str, data_dtype: torch.
         es = DTYPE_BYTES[dtype]
         stride_bytes = x2.stride(0) * es if m > 1 else k * es
         linear = tuple(outs[1::2])  # (scale, scale_t) or (scale_t,)
-        staged = layout == "linear" and scale_layout.staged(fmt, m, k, rowwise, transform, linear)
-        coords = (("dtype", dtype), ("format", fmt.name), ("layout", "swizzled" if staged else layout),
-                  ("outputs", "dual" if rowwise else "columnwise"), ("scale_mode", mode), ("transform", transform))
-        fn = c.kernel_for("quantize_columnwise", coords, device.index, k, b, x2.data_ptr(), stride_bytes, m)
+        where = (device.index, k, b, x2.data_ptr(), stride_bytes, m)
+        unswizzle = None
+        if layout == "linear" and scale_layout.staged(fmt, m, k, rowwise, transform, linear):
+            try:  # a cache without the swizzled build or the pass serves the call with the direct kernel
+                fn = c.kernel_for("quantize_columnwise", _coords(dtype, fmt, "swizzled", rowwise, mode, transform),
+                                  *where)
+                unswizzle = scale_layout.pass_kernel(linear[0])
+            except KernelNotBuilt:
+                unswizzle = None
+        staged = unswizzle is not None
+        if not staged:
+            fn = c.kernel_for("quantize_columnwise", _coords(dtype, fmt, layout, rowwise, mode, transform), *where)
         scales = (g_row, g_col)
         g_row = c.global_scale_arg(fmt, g_row, device)
         g_col = c.global_scale_arg(fmt, g_col, device) if transform == "rht" else g_row
@@ -103,7 +112,7 @@ def run(x: torch.Tensor, fmt: Format, mode: str, layout: str, data_dtype: torch.
         fn(x2, data if rowwise else None, written[0] if rowwise else None, outs[-2], written[-1], g_row, g_col,
            sign_mask)
         if staged:
-            scale_layout.unswizzle_into(list(zip(written, linear)))
+            scale_layout.unswizzle_into(unswizzle, list(zip(written, linear)))
         # The staged path is not remembered: its shapes are GPU-bound, and its scratch would be held.
         elif key is not None and x2 is x and all(o is t for o, t in zip(outs, out)):
             c.remember_fast(key, fn, (*outs, *scales[:2 if transform == "rht" else 1]),
@@ -113,6 +122,13 @@ def run(x: torch.Tensor, fmt: Format, mode: str, layout: str, data_dtype: torch.
             if s.numel():
                 s.view(torch.uint8).zero_()  # nothing to quantize: (padding) scales are zero
     return tuple(outs) if out is None else tuple(out)
+
+
+def _coords(dtype: str, fmt: Format, layout: str, rowwise: bool, mode: str, transform: str) -> tuple:
+    """The `quantize_columnwise` dispatch coordinates of a call (sorted by axis)."""
+    outputs = "dual" if rowwise else "columnwise"
+    return (("dtype", dtype), ("format", fmt.name), ("layout", layout), ("outputs", outputs), ("scale_mode", mode),
+            ("transform", transform))
 
 
 def check_rht_input(x: object, sign_mask: object) -> None:

@@ -14,6 +14,7 @@ import pytest
 import torch
 
 import kernelforge
+from kernelforge import staging
 from kernelforge.formats import FORMATS
 from kernelforge.ops import _common, scale_layout
 from kernelforge.ops.quantize_columnwise import hadamard_columns
@@ -227,11 +228,12 @@ class StagedCalls(list):
         super().__init__()
         self.monkeypatch = monkeypatch
         real = scale_layout.unswizzle_into
-        monkeypatch.setattr(scale_layout, "unswizzle_into", lambda pairs: (self.append(len(pairs)), real(pairs)))
+        monkeypatch.setattr(scale_layout, "unswizzle_into",
+                            lambda fn, pairs: (self.append(len(pairs)), real(fn, pairs)))
 
     def every(self) -> None:
         table = {(f, o): 0 for f in FORMATS for o in ("dual", "columnwise")}
-        self.monkeypatch.setattr(scale_layout, "STAGED_MIN_ELEMENTS", table)
+        self.monkeypatch.setattr(staging, "STAGED_MIN_ELEMENTS", table)
 
 
 @pytest.fixture
@@ -279,6 +281,29 @@ def test_staged_path_is_taken_at_the_shipped_threshold_and_refused_off_its_k_cla
     out = (torch.empty_like(res[0]), misaligned, torch.empty_like(res[2]), torch.empty_like(res[3]))
     _check_dual(x, "mxfp8", "floor", "linear", None, True, out=out, what="misaligned scale buffer")
     assert staged_calls == [2], "a misaligned linear scale buffer must take the direct kernel"
+
+
+def test_staged_calls_fall_back_to_the_direct_kernel_without_the_pass(tmp_path, monkeypatch, staged_calls):
+    """A cache holding the columnwise builds but not the scale_layout pass (a selective build,
+    made here with `cache export --only` + `cache import`) serves a call the rule stages with the
+    direct kernel: the reference's bytes, no pass launched."""
+    from typer.testing import CliRunner
+
+    from kernelforge.cli import app
+
+    table = _common.dispatch_table()
+    root = table.readers[0].root
+    bundle, partial = tmp_path / "columnwise.tar.gz", tmp_path / "partial"
+    for args in (["cache", "export", "--cache", str(root), "--only", "quantize_columnwise.mxfp8.*", str(bundle)],
+                 ["cache", "import", "--cache", str(partial), str(bundle)]):
+        r = CliRunner().invoke(app, args)
+        assert r.exit_code == 0, r.output
+    monkeypatch.setattr(_common, "_table", table)  # restored after the test
+    _common.set_cache_root(partial)
+    assert not _common.dispatch_table().candidates("scale_layout", {}, torch.cuda.get_device_capability())
+    x = random_input(4096, 4096, torch.bfloat16)
+    _check_dual(x, "mxfp8", "floor", "linear", None, True, what="no pass in the cache")
+    assert staged_calls == []
 
 
 def test_staged_path_on_a_side_stream_and_in_a_cuda_graph(staged_calls):

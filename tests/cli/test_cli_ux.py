@@ -152,6 +152,38 @@ def test_explain_call_names_each_rejection(crafted):
     assert "kernelforge build --cache" in r.stdout and "--arch sm_90a --only 'quantize.mxfp8.floor.linear.float16." in r.stdout
 
 
+def test_explain_names_the_staged_linear_scales(tmp_path):
+    """A columnwise call whose linear scales the op stages (kernelforge/staging.py) is explained
+    as what runs: the swizzled build, with a note; a smaller call is explained as linear."""
+    os.chmod(tmp_path, 0o755)
+    store = CacheStore(tmp_path / "cache")
+    _publish(store, RT_KEY, kind="runtime", size=50_000)
+    coords = {"format": "mxfp8", "scale_mode": "floor", "layout": "swizzled", "dtype": "bfloat16",
+              "outputs": "dual", "transform": "none"}
+
+    def build(staging: Path) -> dict:
+        (staging / "module.so").write_bytes(b"s" * 1000)
+        kclass = {**KCLASSES["any"], "name": "edge", "m_multiple": 0}
+        return dict(kind="kernel", op="quantize_columnwise", name="quantize_columnwise.mxfp8.floor.swizzled.bfloat16."
+                    "dual.none.edge.sm_90a", arch="sm_90a", toolchain_id="tc", toolchain={"x": 1},
+                    variant={"axes": {**coords, "arch": "sm_90a", "kclass": "edge"}, "kclass": kclass,
+                             "op": "quantize_columnwise"},
+                    source_hash=source_hash("quantize_columnwise"), main_file="module.so", build_time_s=0.0,
+                    extra={"symbol": "kf_s", "runtime_key": RT_KEY, "dispatch": dict(coords)})
+
+    store.get_or_build("s" * 64, build)
+    store.refresh_views()
+    call = ("explain", "quantize_columnwise", "format=mxfp8", "dtype=bf16", "outputs=dual", "transform=none",
+            "--cache", str(store.root))
+    r = kf(*call, "shape=16384x8192", "--format", "json")
+    assert r.exit_code == 0, r.output
+    data = json.loads(r.stdout)
+    assert "scale_layout pass" in data["staged"] and data["chosen"]["name"].startswith(
+        "quantize_columnwise.mxfp8.floor.swizzled."), data
+    r = kf(*call, "shape=1024x1024")
+    assert r.exit_code == 1 and "layout=linear" in r.stdout and "note:" not in r.stdout, r.stdout
+
+
 def test_key_diff_names_the_changed_ingredient(crafted):
     from kernelforge.cache.keydiff import miss_reason
 
