@@ -93,28 +93,21 @@ def run(x: torch.Tensor, fmt: Format, mode: str, layout: str, data_dtype: torch.
         stride_bytes = x2.stride(0) * es if m > 1 else k * es
         linear = tuple(outs[1::2])  # (scale, scale_t) or (scale_t,)
         where = (device.index, k, b, x2.data_ptr(), stride_bytes, m)
-        unswizzle = None
+        fn = None
         if layout == "linear" and scale_layout.staged(fmt, m, k, rowwise, transform, linear):
             try:  # a cache without the swizzled build or the pass serves the call with the direct kernel
-                fn = c.kernel_for("quantize_columnwise", _coords(dtype, fmt, "swizzled", rowwise, mode, transform),
-                                  *where)
-                unswizzle = scale_layout.pass_kernel(linear[0])
+                fn = scale_layout.staged_call(c.kernel_for("quantize_columnwise", _coords(
+                    dtype, fmt, "swizzled", rowwise, mode, transform), *where), scale_layout.pass_kernel(linear[0]))
             except KernelNotBuilt:
-                unswizzle = None
-        staged = unswizzle is not None
-        if not staged:
+                fn = None
+        if fn is None:
             fn = c.kernel_for("quantize_columnwise", _coords(dtype, fmt, layout, rowwise, mode, transform), *where)
         scales = (g_row, g_col)
         g_row = c.global_scale_arg(fmt, g_row, device)
         g_col = c.global_scale_arg(fmt, g_col, device) if transform == "rht" else g_row
         data = outs[0] if not rowwise or len(shape) == 2 else outs[0].view(m, outs[0].shape[-1])
-        written = tuple(map(scale_layout.swizzled_like, linear)) if staged else linear
-        fn(x2, data if rowwise else None, written[0] if rowwise else None, outs[-2], written[-1], g_row, g_col,
-           sign_mask)
-        if staged:
-            scale_layout.unswizzle_into(unswizzle, list(zip(written, linear)))
-        # The staged path is not remembered: its shapes are GPU-bound, and its scratch would be held.
-        elif key is not None and x2 is x and all(o is t for o, t in zip(outs, out)):
+        fn(x2, data if rowwise else None, outs[1] if rowwise else None, outs[-2], outs[-1], g_row, g_col, sign_mask)
+        if key is not None and x2 is x and all(o is t for o, t in zip(outs, out)):
             c.remember_fast(key, fn, (*outs, *scales[:2 if transform == "rht" else 1]),
                             (g_row, g_col, rowwise, sign_mask), x, outs)
     else:

@@ -48,6 +48,20 @@ def unswizzle_into(fn: Callable, pairs: list[tuple[torch.Tensor, torch.Tensor]])
         fn(src, dst, src[:0], dst[:0])
 
 
+def staged_call(fn: Callable, unswizzle: Callable) -> Callable:
+    """The staged path as one callable with the columnwise kernel's signature (so the op calls and
+    remembers it like the direct kernel): scratch swizzled scales for the linear ones it is given,
+    the swizzled kernel `fn` into them, then the pass `unswizzle` into the linear ones."""
+    def call(x: torch.Tensor, data: torch.Tensor | None, scale: torch.Tensor | None, data_t: torch.Tensor,
+             scale_t: torch.Tensor, g_row: object, g_col: object, sign_mask: int) -> None:
+        linear = (scale_t,) if scale is None else (scale, scale_t)
+        written = tuple(map(swizzled_like, linear))
+        fn(x, data, None if scale is None else written[0], data_t, written[-1], g_row, g_col, sign_mask)
+        unswizzle_into(unswizzle, list(zip(written, linear)))
+
+    return call
+
+
 def _words(scales: torch.Tensor) -> torch.Tensor:
     """The scale bytes as int32 words (4 scale columns each)."""
     return scales.view(torch.uint8).view(torch.int32)

@@ -306,6 +306,29 @@ def test_staged_calls_fall_back_to_the_direct_kernel_without_the_pass(tmp_path, 
     assert staged_calls == []
 
 
+@pytest.mark.parametrize("fmt,mode", [("mxfp8", "rceil"), ("nvfp4", "none")])
+def test_staged_calls_repeat_on_the_fast_path(fmt, mode, poison, forbid_checked_path, staged_calls):
+    """Staged dual and columnwise-only calls into the same out= buffers skip validation (proved
+    by breaking it), still launch the pass each time, and stay exact."""
+    staged_calls.every()
+    b = FORMATS[fmt].block
+    g = _g(fmt)
+    m, k = 32 * b, 32 * b
+    outs = {rw: kernelforge.quantize(random_input(m, k, torch.bfloat16), fmt, rowwise=rw, columnwise=True,
+                                     **op_kwargs(mode, "linear", g)) for rw in (True, False)}
+    for rw, out in outs.items():
+        _check_dual(random_input(m, k, torch.bfloat16), fmt, mode, "linear", g, rw, out=out)  # remembered
+    before = len(staged_calls)
+    with forbid_checked_path():
+        for rw, out in outs.items():
+            for t in out:
+                poison(t)
+            res = _check_dual(random_input(m, k, torch.bfloat16), fmt, mode, "linear", g, rw, out=out,
+                              what="staged fast path")
+            assert all(r is o for r, o in zip(res, out))
+    assert staged_calls[before:] == [2, 1], staged_calls
+
+
 def test_staged_path_on_a_side_stream_and_in_a_cuda_graph(staged_calls):
     """The staged call (swizzled kernel, scratch scales, pass) keeps stream order on a busy side
     stream, and replays from a CUDA graph (its scratch in the graph's pool) with fresh inputs."""
