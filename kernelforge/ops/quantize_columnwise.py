@@ -97,7 +97,8 @@ def run(x: torch.Tensor, fmt: Format, mode: str, layout: str, data_dtype: torch.
         if layout == "linear" and scale_layout.staged(fmt, m, k, rowwise, transform, linear):
             try:  # a cache without the swizzled build or the pass serves the call with the direct kernel
                 fn = scale_layout.staged_call(c.kernel_for("quantize_columnwise", _coords(
-                    dtype, fmt, "swizzled", rowwise, mode, transform), *where), scale_layout.pass_kernel(linear[0]))
+                    dtype, fmt, "swizzled", rowwise, mode, transform), *where), scale_layout.pass_kernel(linear[0]),
+                    linear)
             except KernelNotBuilt:
                 fn = None
         if fn is None:

@@ -21,11 +21,11 @@ def staged(fmt: Format, m: int, k: int, rowwise: bool, transform: str,
     return all(s.data_ptr() % 16 == 0 and s.is_contiguous() for s in linear_scales)
 
 
-def swizzled_like(linear: torch.Tensor) -> torch.Tensor:
-    """A scratch swizzled scale matrix for the linear scales `linear` [M, C] (C a multiple of 4)."""
+def swizzled_template(linear: torch.Tensor) -> torch.Tensor:
+    """What `torch.empty_like` makes a scratch swizzled scale matrix from, for the linear scales
+    `linear` [M, C] (C a multiple of 4): [roundup(M, 128), C] of its dtype (`_common._template`)."""
     rows, cols = linear.shape
-    padded = (rows + SWIZZLE_ROWS - 1) // SWIZZLE_ROWS * SWIZZLE_ROWS
-    return torch.empty((padded, cols), dtype=linear.dtype, device=linear.device)
+    return c._template(((rows + SWIZZLE_ROWS - 1) // SWIZZLE_ROWS * SWIZZLE_ROWS, cols), linear.dtype, linear.device)
 
 
 def pass_kernel(linear: torch.Tensor) -> Callable:
@@ -36,32 +36,31 @@ def pass_kernel(linear: torch.Tensor) -> Callable:
                         cols, rows)
 
 
-def unswizzle_into(fn: Callable, pairs: list[tuple[torch.Tensor, torch.Tensor]]) -> None:
-    """Rewrite one or two (swizzled, linear) scale matrices, swizzled -> linear, with the pass `fn`
-    (`pass_kernel` of the first linear matrix) in one launch on the current stream. Each linear
-    matrix is [M, C] with C a multiple of 32, 16-byte aligned, each swizzled one
-    [roundup(M, 128), C] (as `staged` and `swizzled_like` ensure)."""
-    src, dst = (_words(pairs[0][0]).view(-1), _words(pairs[0][1]))
-    if len(pairs) > 1:
-        fn(src, dst, _words(pairs[1][0]).view(-1), _words(pairs[1][1]))
-    else:  # the kernel takes two pairs; zero rows of the first (same pointers) add no work
-        fn(src, dst, src[:0], dst[:0])
-
-
-def staged_call(fn: Callable, unswizzle: Callable) -> Callable:
+def staged_call(fn: Callable, unswizzle: Callable, linear: tuple[torch.Tensor, ...]) -> Callable:
     """The staged path as one callable with the columnwise kernel's signature (so the op calls and
-    remembers it like the direct kernel): scratch swizzled scales for the linear ones it is given,
-    the swizzled kernel `fn` into them, then the pass `unswizzle` into the linear ones."""
+    remembers it like the direct kernel): scratch swizzled scales (fresh each call, none held),
+    the swizzled kernel `fn` into them, then the pass `unswizzle` into the linear scales it is
+    given. `linear` are the linear scales of the call it is made for: their word views are made
+    once (the out= fast path repeats a call into the same buffers; 4.2 of 30 us host time per call
+    at 4096x4096 went to views)."""
+    templates = tuple(map(swizzled_template, linear))
+    words = tuple(map(_words, linear))
+
     def call(x: torch.Tensor, data: torch.Tensor | None, scale: torch.Tensor | None, data_t: torch.Tensor,
              scale_t: torch.Tensor, g_row: object, g_col: object, sign_mask: int) -> None:
-        linear = (scale_t,) if scale is None else (scale, scale_t)
-        written = tuple(map(swizzled_like, linear))
+        given = (scale_t,) if scale is None else (scale, scale_t)
+        dst = words if all(a is b for a, b in zip(given, linear)) else tuple(map(_words, given))
+        written = [torch.empty_like(t) for t in templates]
         fn(x, data, None if scale is None else written[0], data_t, written[-1], g_row, g_col, sign_mask)
-        unswizzle_into(unswizzle, list(zip(written, linear)))
+        src = [_words(w).view(-1) for w in written]
+        if len(src) > 1:
+            unswizzle(src[0], dst[0], src[1], dst[1])
+        else:  # the kernel takes two pairs; zero rows of the first (same pointers) add no work
+            unswizzle(src[0], dst[0], src[0][:0], dst[0][:0])
 
     return call
 
 
 def _words(scales: torch.Tensor) -> torch.Tensor:
     """The scale bytes as int32 words (4 scale columns each)."""
-    return scales.view(torch.uint8).view(torch.int32)
+    return scales.view(torch.int32)

@@ -227,9 +227,13 @@ class StagedCalls(list):
     def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
         super().__init__()
         self.monkeypatch = monkeypatch
-        real = scale_layout.unswizzle_into
-        monkeypatch.setattr(scale_layout, "unswizzle_into",
-                            lambda fn, pairs: (self.append(len(pairs)), real(fn, pairs)))
+        real = scale_layout.pass_kernel
+
+        def counted(linear):
+            fn = real(linear)
+            return lambda src, dst, src_t, dst_t: (self.append(2 if dst_t.numel() else 1), fn(src, dst, src_t, dst_t))
+
+        monkeypatch.setattr(scale_layout, "pass_kernel", counted)
 
     def every(self) -> None:
         table = {(f, o): 0 for f in FORMATS for o in ("dual", "columnwise")}
