@@ -194,7 +194,7 @@ QUANTIZE_COLUMNWISE = OpFamily(
 )
 
 # Swizzled -> linear rewrite of one or two block-scale matrices (as 4-byte words). Internal:
-# the columnwise op's linear path for MX formats at large shapes (ops/scale_layout.py). The
+# the columnwise op's linear path at large shapes (kernelforge/staging.py decides). The
 # K-class bounds the linear rows: whole 32-byte sectors, 16-byte aligned.
 SCALE_LAYOUT = OpFamily(
     schema=schema("scale_layout", ("kclass", "arch"), ()),

@@ -7,7 +7,7 @@ from collections.abc import Callable
 import torch
 
 from .. import staging
-from ..formats import SWIZZLE_ROWS, Format
+from ..formats import SWIZZLE_ROWS, Format, round_up
 from . import _common as c
 
 
@@ -25,7 +25,7 @@ def swizzled_template(linear: torch.Tensor) -> torch.Tensor:
     """What `torch.empty_like` makes a scratch swizzled scale matrix from, for the linear scales
     `linear` [M, C] (C a multiple of 4): [roundup(M, 128), C] of its dtype (`_common._template`)."""
     rows, cols = linear.shape
-    return c._template(((rows + SWIZZLE_ROWS - 1) // SWIZZLE_ROWS * SWIZZLE_ROWS, cols), linear.dtype, linear.device)
+    return c._template((round_up(rows, SWIZZLE_ROWS), cols), linear.dtype, linear.device)
 
 
 def pass_kernel(linear: torch.Tensor) -> Callable:
