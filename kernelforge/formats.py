@@ -5,12 +5,14 @@ block size or a maximum. It imports neither torch nor cutlass.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from typing import NamedTuple
 
 
-@dataclass(frozen=True)
-class Format:
-    """A block-scaled quantization format (NUMERICS.md)."""
+class Format(NamedTuple):
+    """A block-scaled quantization format (NUMERICS.md).
+
+    A NamedTuple, not a frozen dataclass: every `import kernelforge` creates this class, and a
+    frozen dataclass of 12 fields took 1.4 ms of it against ~0.2 ms (build host)."""
 
     name: str
     block: int  # elements per scale block along K

@@ -119,7 +119,7 @@ class GcReport:
 
 def last_uses(store: CacheStore, entries: Iterable[Entry], writable: bool) -> dict[str, int]:
     """Last use per key: the usage records (folded first where the cache is writable), else build time."""
-    from kernelforge.cache.usage import fold, read_usage
+    from kernelforge.cache.usage_summary import fold, read_usage
 
     usage = fold(store.root) if writable else read_usage(store.root)
     return {e.key: max(usage.last_use.get(e.key, 0), _created_ts(e)) for e in entries}
@@ -182,7 +182,7 @@ def gc(store: CacheStore, *, max_size: int | None = None, older_than_s: int | No
     report.kept = len(entries) - len(doomed)
     if doomed and not dry_run:
         store.remove(doomed)
-        from kernelforge.cache.usage import fold
+        from kernelforge.cache.usage_summary import fold
 
         fold(store.root, forget=set(doomed))
     report.bytes_after = tree_bytes(store.root)[0] if not dry_run else total

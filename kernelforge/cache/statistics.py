@@ -56,7 +56,7 @@ def stats(store: Store, *, keep_toolchain_id: str | None = None,
     the whole tree's size (apparent and as du counts it), the advisory usage counters per op, and
     (given what this kernelforge serves) the stale kernels `clean --stale` would remove."""
     from kernelforge.cache.gc import tree_bytes
-    from kernelforge.cache.usage import read_usage
+    from kernelforge.cache.usage_summary import read_usage
 
     report = StatsReport(root=store.root)
     check = keep_toolchain_id is not None or keep_source_hashes is not None

@@ -3,7 +3,8 @@
 The columnwise and dual kernels' tiles own 2 or 4 bytes of each linear scale row, so their
 linear scale stores are partial sectors that other CTAs complete much later; in the swizzled
 layout the same tiles' bytes fill whole sectors. Writing swizzled scales and then this pass
-was measured faster for MX formats at large shapes (benchmarks/diag_dual_unswizzle.py, RESULTS.md).
+was measured faster at large shapes for the formats and output sets `kernelforge.staging` lists
+(benchmarks/diag_dual_unswizzle.py, RESULTS.md).
 
 A 128-row band's swizzled scales are contiguous: one 512-byte chunk per 4 scale columns, one
 after another. A 4-byte word of a chunk is one row's 4 scale columns, so the pass moves words.

@@ -13,7 +13,7 @@ import pytest
 from typer.testing import CliRunner
 
 from kernelforge.cache import CacheStore
-from kernelforge.cache.usage import read_usage
+from kernelforge.cache.usage_summary import read_usage
 from kernelforge.cli import app
 from kernelforge.sources import source_hash
 

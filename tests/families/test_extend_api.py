@@ -79,14 +79,12 @@ def test_torch_op_rejects_a_bad_qualname():
 def test_register_declares_a_family_from_code(monkeypatch):
     """A package used from PYTHONPATH (no entry point) registers its family from code; the
     distribution name and version enter its cache keys as for an installed plugin."""
-    from dataclasses import replace
-
     import kernelforge.families as families
     from kernelforge.families.builtin import QUANTIZE, SCALE_MODE_FITS_FORMAT, schema
     from kernelforge.sources import source_hash
 
     monkeypatch.setattr(families, "_registered", {})
-    fam = replace(QUANTIZE, schema=schema("kf_registered_quantize", ("format", "scale_mode", "layout", "dtype",
+    fam = QUANTIZE._replace(schema=schema("kf_registered_quantize", ("format", "scale_mode", "layout", "dtype",
                                                                      "kclass", "arch"),
                                           ("threads", "units_per_thread"), (SCALE_MODE_FITS_FORMAT,)))
     with pytest.raises(ValueError, match=r"^distribution: op family 'kf_registered_quantize' needs"):

@@ -24,7 +24,6 @@ NAMES = ["demo_quantize.mxfp8.floor.linear.bfloat16.aligned.sm_90a.t128u1",
 
 PLUGIN = '''
 """A kernelforge op family: the quantize kernel under another op name, with its own spec file."""
-from dataclasses import replace
 from pathlib import Path
 
 import kernelforge
@@ -34,8 +33,7 @@ from kernelforge.families.builtin import QUANTIZE, SCALE_MODE_FITS_FORMAT, schem
 HERE = Path(__file__).resolve().parent
 KERNELS = Path(kernelforge.__file__).resolve().parent / "kernels"
 
-FAMILY = replace(
-    QUANTIZE,
+FAMILY = QUANTIZE._replace(
     schema=schema("demo_quantize", ("format", "scale_mode", "layout", "dtype", "kclass", "arch"),
                   ("threads", "units_per_thread"), (SCALE_MODE_FITS_FORMAT,)),
     sources=(KERNELS / "quantize.py", "__init__.py"),

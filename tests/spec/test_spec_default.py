@@ -149,7 +149,7 @@ def test_canonical_sensitive_to_every_axis(variants, axis):
                                     {"name": "aligned2"}])
 def test_canonical_sensitive_to_kclass_params(variants, change):
     v = variants[0]
-    w = dataclasses.replace(v, kclass=dataclasses.replace(v.kclass, **change))
+    w = dataclasses.replace(v, kclass=v.kclass._replace(**change))
     assert w.canonical() != v.canonical()
     assert w != v
 
