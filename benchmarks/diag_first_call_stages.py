@@ -19,37 +19,17 @@ contains the steps it calls; each counts its outermost calls only), then times t
 """
 from __future__ import annotations
 
-import argparse
-import json
-import os
-import statistics
-import subprocess
 import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
+from _children import TIMERS, cli  # noqa: E402
 from bench_startup import SETUP  # noqa: E402
 
-CHILD = SETUP + r"""
-import functools
+CHILD = SETUP + TIMERS + r"""
 import kernelforge, kernelforge.ops
 import kernelforge.runtime.loader as loader
 import kernelforge.runtime.dispatch as dispatch
-spent = {}
-
-def timed(name, fn):
-    depth = [0]
-    @functools.wraps(fn)
-    def wrapper(*args, **kwargs):
-        depth[0] += 1
-        t = time.perf_counter()
-        try:
-            return fn(*args, **kwargs)
-        finally:
-            depth[0] -= 1
-            if depth[0] == 0:
-                spent[name] = spent.get(name, 0.0) + (time.perf_counter() - t) * 1e3
-    return wrapper
 
 for name in ("tvm_ffi_library", "_load_runtime", "load_function", "open_verified"):
     setattr(loader, name, timed(name, getattr(loader, name)))
@@ -67,22 +47,5 @@ print(json.dumps(spent))
 """
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--runs", type=int, default=8)
-    args = ap.parse_args()
-    runs = []
-    for _ in range(args.runs):
-        proc = subprocess.run([sys.executable, "-c", CHILD], capture_output=True, text=True,
-                              env=os.environ.copy(), cwd="/")
-        if proc.returncode != 0:
-            sys.exit(f"the child failed:\n{proc.stderr[-3000:]}")
-        runs.append(json.loads(proc.stdout.strip().splitlines()[-1]))
-        print(json.dumps({k: round(v, 3) for k, v in runs[-1].items()}))
-    print("medians (ms):")
-    for key in sorted({k for r in runs for k in r}):
-        print(f"  {key:32} {statistics.median(r.get(key, 0.0) for r in runs):7.3f}")
-
-
 if __name__ == "__main__":
-    main()
+    cli(CHILD, __doc__)
