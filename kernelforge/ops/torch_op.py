@@ -5,18 +5,19 @@ function directly (the dispatcher round trip costs microseconds per call; benchm
 and while torch.compile traces it, the registered custom op, whose fake implementation gives
 exact output shapes and dtypes so that `fullgraph=True` traces through it.
 
-Registration happens at import, so it is on every process's startup path. An op that mutates
-none of its arguments is registered with the `torch.library.Library` calls that
-`torch.library.custom_op` makes for it (the same schema, tags, backend, fake and autograd
-kernels), except that its autograd kernel (torch's own, `make_autograd_impl`) is built on its
-first use: building it creates a class per op, half of `custom_op`'s cost (measured 9 of 18 ms
-for seven ops on the build host; the registrations were 11-16 ms of a 40-60 ms first call on
-the H100 host, benchmarks/diag_first_call.py). An op that mutates arguments goes through
-`custom_op` itself, whose in-place version-counter handling it needs.
+Registration happens at import, so it is on every process's startup path. Every op is
+registered with the `torch.library.Library` calls that `torch.library.custom_op` makes for it
+(the same schema, tags, backend, fake, autograd and, for an op that mutates arguments,
+ADInplaceOrView kernels), except that its autograd kernel (torch's own, `make_autograd_impl`)
+is built on its first use: building it creates a class per op, half of `custom_op`'s cost
+(measured 9 of 18 ms for seven ops on the build host). On the H100 host `custom_op` took 1.6 ms
+for the one mutating op, the Library calls 0.3-0.5 ms per op (benchmarks/diag_registration.py).
+tests/ops/test_torch_op.py compares both registrations, kernel by dispatch key.
 """
 from __future__ import annotations
 
 import functools
+import warnings
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any, Optional
 
@@ -56,21 +57,18 @@ class TorchOp:
             raise ValueError(f"qualname: expected 'namespace::name', got {qualname!r}")
         self.qualname = qualname
         self.eager = eager
-        mutates = tuple(mutates_args)
-        if mutates:
-            self.custom = torch.library.custom_op(qualname, eager, mutates_args=mutates)
-            self.custom.register_fake(fake)
-        else:
-            self.custom = self._register(namespace, name, fake)
+        self.custom = self._register(namespace, name, fake, tuple(mutates_args))
         functools.update_wrapper(self, eager)
 
-    def _register(self, namespace: str, name: str, fake: Callable[..., Any]) -> Any:
-        """Register `eager` as namespace::name (no mutated arguments); return its op packet."""
+    def _register(self, namespace: str, name: str, fake: Callable[..., Any], mutates: tuple[str, ...]) -> Any:
+        """Register `eager` as namespace::name; return its op packet."""
         lib = _library(namespace)
-        schema = torch.library.infer_schema(self.eager, mutates_args=())
+        schema = torch.library.infer_schema(self.eager, mutates_args=mutates)
         lib.define(name + schema, tags=(torch.Tag.pt2_compliant_tag,))
         lib.impl(name, self.eager, "CompositeExplicitAutograd")
         packet = getattr(getattr(torch.ops, namespace), name)
+        if mutates:
+            _register_version_bump(lib, self.qualname, name, packet.default)
         built: list[Callable[..., Any]] = []
 
         def autograd_kernel(keyset: Any, *args: Any, **kwargs: Any) -> Any:
@@ -91,6 +89,27 @@ class TorchOp:
 
     def __repr__(self) -> str:
         return f"<kernelforge op {self.qualname}>"
+
+
+def _register_version_bump(lib: torch.library.Library, qualname: str, name: str, op: Any) -> None:
+    """The ADInplaceOrView kernel `custom_op` gives an op that mutates arguments: it bumps the
+    version counter of each tensor the op writes (so autograd notices the in-place change), then
+    continues to the ADInplaceOrView fallback it registers first."""
+    lib.m.register_ad_inplace_or_view_fallback(name)
+    fallback = torch._C._dispatch_get_computed_kernel_for_dispatch_key(qualname, "ADInplaceOrView")
+    written = [(i, a.name) for i, a in enumerate(op._schema.arguments)
+               if a.alias_info is not None and a.alias_info.is_write]
+
+    def bump_versions(keyset: Any, *args: Any, **kwargs: Any) -> Any:
+        for i, arg_name in written:
+            tensor = args[i] if i < len(args) else kwargs.get(arg_name)
+            if tensor is not None:
+                torch.autograd.graph.increment_version(tensor)
+        return fallback.call_boxed(keyset, *args, **kwargs)
+
+    with warnings.catch_warnings():  # torch warns once when any op gets an ADInplaceOrView kernel
+        warnings.filterwarnings("ignore", message="Warning only once for all operators", category=UserWarning)
+        lib.impl(name, bump_versions, "ADInplaceOrView", with_keyset=True)
 
 
 def _register_fake(lib: torch.library.Library, qualname: str, fake: Callable[..., Any]) -> None:

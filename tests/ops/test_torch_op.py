@@ -1,6 +1,6 @@
 """`TorchOp` registration on the CPU: the op that torch.library sees is the one custom_op would
-make (schema, tags, fake, autograd), for ops that mutate nothing (registered with the cheaper
-Library calls) and for one that mutates an argument (registered through custom_op)."""
+make (schema, tags, fake, autograd, in-place version counting), for an op that mutates nothing
+and for one that mutates an argument, both registered with the cheaper Library calls."""
 from __future__ import annotations
 
 import pytest
@@ -19,8 +19,9 @@ def _fake_pair(x, factor=2.0):
 
 
 def _bump(x: torch.Tensor, residual: torch.Tensor) -> torch.Tensor:
-    """x + residual, with the sum also written into residual."""
-    residual.add_(x)
+    """x + residual, with the sum also written into residual behind autograd's back (through
+    `.data`, whose writes bump no version counter), as a kernel writing through a pointer does."""
+    residual.data.add_(x)
     return residual.clone()
 
 
@@ -29,14 +30,18 @@ REFERENCE = torch.library.custom_op("kf_torch_op_ref::pair", _pair, mutates_args
 REFERENCE.register_fake(_fake_pair)
 BUMP = TorchOp("kf_torch_op_test::bump", _bump, fake=lambda x, residual: torch.empty_like(x),
                mutates_args=("residual",))
+REFERENCE_BUMP = torch.library.custom_op("kf_torch_op_ref::bump", _bump, mutates_args=("residual",))
+REFERENCE_BUMP.register_fake(lambda x, residual: torch.empty_like(x))
 
 
 KEYS = ("CompositeExplicitAutograd", "Autograd", "Meta", "CPU", "CUDA", "AutogradCUDA", "ADInplaceOrView",
         "BackendSelect", "Functionalize")
 
 
-def test_schema_tags_and_kernels_match_custom_op():
-    ours, ref = torch.ops.kf_torch_op_test.pair.default, torch.ops.kf_torch_op_ref.pair.default
+@pytest.mark.parametrize("name", ["pair", "bump"])
+def test_schema_tags_and_kernels_match_custom_op(name):
+    ours = getattr(torch.ops.kf_torch_op_test, name).default
+    ref = getattr(torch.ops.kf_torch_op_ref, name).default
     assert str(ours._schema).replace("kf_torch_op_test", "kf_torch_op_ref") == str(ref._schema)
     assert set(ours.tags) == set(ref.tags) and torch.Tag.pt2_compliant_tag in ours.tags
     for key in KEYS:
@@ -44,6 +49,23 @@ def test_schema_tags_and_kernels_match_custom_op():
                 == torch._C._dispatch_has_kernel_for_dispatch_key(ref.name(), key)), key
     residual = next(a for a in torch.ops.kf_torch_op_test.bump.default._schema.arguments if a.name == "residual")
     assert residual.alias_info is not None and residual.alias_info.is_write
+
+
+@pytest.mark.parametrize("op", [torch.ops.kf_torch_op_test.bump, torch.ops.kf_torch_op_ref.bump])
+def test_a_mutated_argument_bumps_its_version_and_stale_saved_tensors_are_caught(op):
+    x, residual = torch.randn(4, 8), torch.randn(4, 8)
+    want = residual + x
+    before = residual._version
+    out = op(x, residual)
+    assert torch.equal(residual, want) and torch.equal(out, want)
+    assert residual._version > before, "the dispatcher's call did not bump the mutated tensor's version"
+    # The fault the version counter guards: a tensor saved for backward, then written by the op.
+    leaf = torch.randn(4, 8, requires_grad=True)
+    saved = leaf * 1.0
+    loss = (saved * saved).sum()  # saves `saved` for backward
+    op(torch.randn(4, 8), saved)
+    with pytest.raises(RuntimeError, match="modified by an inplace operation"):
+        loss.backward()
 
 
 UTILS = ("test_schema", "test_faketensor", "test_autograd_registration")  # what the GPU suite checks
