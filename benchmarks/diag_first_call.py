@@ -4,10 +4,10 @@
 
 torch is imported and a CUDA tensor made before the clock starts (as in bench_startup.py).
 Prints the milliseconds of each stage: the package, the op families and spec schema, the
-runtime (cache, dispatch, loader), the op modules with their torch.library registrations (the
-registration time is also summed on its own), resolving and loading the kernel, the first
-launch with its synchronize, and the first calls of further ops. One process per run: run it
-several times and read the medians.
+runtime (cache, dispatch, loader), the op modules with their torch.library registrations
+(benchmarks/diag_registration.py splits those by entry point), resolving and loading the
+kernel, the first launch with its synchronize, and the first calls of further ops. One process
+per run: run it several times and read the medians.
 """
 from __future__ import annotations
 
@@ -26,17 +26,6 @@ def main() -> None:
     x = torch.randn(128, 256, device="cuda", dtype=torch.bfloat16)
     w = torch.randn(256, device="cuda", dtype=torch.bfloat16)
     torch.cuda.synchronize()
-    registration = [0.0]
-    real_custom_op = torch.library.custom_op
-
-    def timed_custom_op(*a, **k):  # the registration's share of the op modules' import
-        t = time.perf_counter()
-        try:
-            return real_custom_op(*a, **k)
-        finally:
-            registration[0] += time.perf_counter() - t
-
-    torch.library.custom_op = timed_custom_op
     cpu0 = time.process_time()
     use0 = resource.getrusage(resource.RUSAGE_SELF)
     marks = [("start", time.perf_counter())]
@@ -52,7 +41,6 @@ def main() -> None:
     mark("ops._common (cache, dispatch, loader)")
     import kernelforge.ops  # noqa: F401
     mark("op modules + registration")
-    torch.library.custom_op = real_custom_op
     calls = {"quantize": lambda: kernelforge.quantize(x, "mxfp8"),
              "dual": lambda: kernelforge.quantize(x, "mxfp8", columnwise=True),
              "rht": lambda: kernelforge.quantize_nvfp4_rht(x),
@@ -85,9 +73,8 @@ def main() -> None:
     rows = [(name, 1e3 * (b - a)) for (_, a), (name, b) in zip(marks, marks[1:])]
     for name, ms in rows:
         print(f"  {name:42} {ms:8.3f} ms")
-    print(f"  {'(of which torch.library.custom_op)':42} {1e3 * registration[0]:8.3f} ms")
     print(f"  {'(CPU time up to the first synchronize)':42} {first_cpu_ms:8.3f} ms")
-    print(json.dumps({"op": args.op, "stages_ms": dict(rows), "registration_ms": 1e3 * registration[0],
+    print(json.dumps({"op": args.op, "stages_ms": dict(rows),
                       "first_cpu_ms": first_cpu_ms, "first_usage": usage}))
 
 
