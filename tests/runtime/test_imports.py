@@ -92,13 +92,18 @@ NOT_ON_THE_RUNTIME_PATH = ("kernelforge.spec.model", "kernelforge.spec.select", 
                            "kernelforge.ops.reference", "kernelforge.cache.store", "kernelforge.build",
                            "kernelforge.cache.usage_summary")
 
+# A dispatch lookup as the first call makes it (no cache: it finds nothing, loads nothing).
+DISPATCH_LOOKUP = """
+from kernelforge.runtime.dispatch import DispatchTable
+DispatchTable("/nonexistent-kf-cache").candidates(
+    "quantize", {"format": "mxfp8", "scale_mode": "floor", "layout": "linear", "dtype": "bfloat16"}, (9, 0))
+"""
+
 RUNTIME_PATH = """
 import json, sys
 import kernelforge
 kernelforge.quantize
-from kernelforge.runtime.dispatch import DispatchTable
-DispatchTable("/nonexistent-kf-cache").candidates(
-    "quantize", {"format": "mxfp8", "scale_mode": "floor", "layout": "linear", "dtype": "bfloat16"}, (9, 0))
+""" + DISPATCH_LOOKUP + """
 print(json.dumps(sorted(m for m in sys.modules if m.startswith("kernelforge"))))
 """
 
@@ -121,9 +126,7 @@ dataclasses._process_class = recording
 import torch
 import kernelforge, kernelforge.ops
 kernelforge.quantize
-from kernelforge.runtime.dispatch import DispatchTable
-DispatchTable("/nonexistent-kf-cache").candidates(
-    "quantize", {"format": "mxfp8", "scale_mode": "floor", "layout": "linear", "dtype": "bfloat16"}, (9, 0))
+""" + DISPATCH_LOOKUP + """
 print(json.dumps([m for m in made if m.startswith("kernelforge")]))
 """
 
