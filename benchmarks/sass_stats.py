@@ -2,7 +2,9 @@
 nvidia-cuda-cuobjdump` here, which puts it under site-packages/nvidia/cu13/bin).
 
 The kernels are fully unrolled, so instructions per element = SASS instructions of the kernel
-divided by the elements one thread handles; that is the ALU side of the bandwidth budget.
+divided by the elements one thread handles; that is the ALU side of the bandwidth budget. Static
+counts: every branch is counted, taken or not. Registers per thread come from `cuobjdump -res-usage`
+(they set how many CTAs fit on an SM).
 Usage: PYTHONPATH=. python benchmarks/sass_stats.py [NAME_GLOB ...]
 """
 from __future__ import annotations
@@ -33,7 +35,18 @@ def elements_per_thread(entry: dict) -> int:
     fmt = FORMATS[v["axes"]["format"]]
     if entry["op"] == "quantize":
         return fmt.block * int(v["axes"]["units_per_thread"])
+    if entry["op"] == "quantize_columnwise":
+        from kernelforge.kernels import quantize_tiled as qt  # imports cutlass: the build host has it
+
+        return qt.TILE_M * qt.TILE_BLOCKS * fmt.block // qt.THREADS  # one tile per CTA
     return int(v["axes"]["elements"])
+
+
+def registers(cubin: Path) -> int:
+    """Registers per thread of the cubin's kernel (cuobjdump -res-usage)."""
+    out = subprocess.run(["cuobjdump", "-res-usage", str(cubin)], capture_output=True, text=True).stdout
+    found = re.search(r"REG:(\d+)", out)
+    return int(found.group(1)) if found else -1
 
 
 def embedded_cubins(so: Path, out_dir: Path) -> list[Path]:
@@ -64,14 +77,17 @@ def main() -> None:
         if e.get("source_hash") != source_hash(e["op"]):
             continue  # built from other kernel sources than this checkout's
         so = root / "v1" / "artifacts" / e["key"][:2] / e["key"] / e["main_file"]
+        cubins = embedded_cubins(so, Path(tempfile.mkdtemp()))
         sass = "".join(subprocess.run(["cuobjdump", "-sass", str(c)], capture_output=True, text=True).stdout
-                       for c in embedded_cubins(so, Path(tempfile.mkdtemp())))
+                       for c in cubins)
         ops = Counter(m.group(2).split(".")[0] for m in INSTR.finditer(sass))
         n = sum(ops.values()) - ops.get("NOP", 0)
         ept = elements_per_thread(e)
-        rows.append((e["name"], n, ept, n / ept, ops.most_common(8)))
-    for name, n, ept, per, top in sorted(rows):
-        print(f"{name:70} {n:5d} SASS instr / {ept:3d} elements = {per:5.1f} per element; top {top}")
+        regs = max((registers(c) for c in cubins), default=-1)
+        rows.append((e["name"], n, ept, n / ept, regs, ops.most_common(8)))
+    for name, n, ept, per, regs, top in sorted(rows):
+        print(f"{name:70} {n:5d} SASS instr / {ept:3d} elements = {per:5.1f} per element, {regs} registers; "
+              f"top {top}")
 
 
 if __name__ == "__main__":
