@@ -12,7 +12,6 @@ runtime warns once, and no file of it is ever loaded.
 
 Imports neither torch nor tvm_ffi (the CLI uses this on runtime-only nodes).
 """
-from __future__ import annotations
 
 import importlib.metadata as md
 import importlib.util

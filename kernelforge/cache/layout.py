@@ -9,7 +9,6 @@
 <root>/v1/quarantine/                    damaged entries moved aside by `cache repair` / `build --verify`
 ```
 """
-from __future__ import annotations
 
 import re
 from pathlib import Path

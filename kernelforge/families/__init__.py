@@ -12,7 +12,6 @@ installed packages declare under the entry-point group `kernelforge.ops` (see RE
 are looked up only when an op that is not built in is asked for (or every family is listed),
 so the built-in ops' first call never scans entry points.
 """
-from __future__ import annotations
 
 import functools
 import importlib

@@ -3,7 +3,6 @@
 Everything here sits on the per-call hot path: each torch attribute access costs ~0.3-1 us,
 so helpers take what the caller already read instead of reading it again.
 """
-from __future__ import annotations
 
 import os
 import weakref

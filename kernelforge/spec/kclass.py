@@ -2,7 +2,6 @@
 against). Separate from the spec model so that the runtime imports it without the variant and
 spec-file records (each frozen dataclass costs ~0.7 ms to create at import on the build host);
 `KClass` itself is a NamedTuple for the same reason (~0.9 -> ~0.15 ms)."""
-from __future__ import annotations
 
 import math
 import re
@@ -108,7 +107,7 @@ class KClass(NamedTuple):
         return d
 
     @classmethod
-    def from_dict(cls, d: Mapping[str, Any]) -> KClass:
+    def from_dict(cls, d: Mapping[str, Any]) -> "KClass":
         """Inverse of `to_dict`; raise SpecError on a missing or invalid field."""
         name = d.get("name")
         if not isinstance(name, str) or not KCLASS_NAME.fullmatch(name):

@@ -8,7 +8,6 @@ The schema types are NamedTuples, not frozen dataclasses: they are created at ev
 `import kernelforge`, where a frozen dataclass costs 0.6-0.8 ms and a NamedTuple ~0.1-0.2 ms
 (build host).
 """
-from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from types import MappingProxyType

@@ -138,6 +138,36 @@ def test_runtime_path_creates_no_dataclass():
     assert made == [], f"import kernelforge.ops + a dispatch lookup created the dataclasses {made}"
 
 
+STRING_ANNOTATED_TUPLES = """
+import json, sys, typing
+import torch
+import kernelforge, kernelforge.ops
+kernelforge.quantize
+""" + DISPATCH_LOOKUP + """
+found = []
+for name, mod in list(sys.modules.items()):
+    if not name.startswith("kernelforge"):
+        continue
+    for cls in vars(mod).values():
+        if isinstance(cls, type) and issubclass(cls, tuple) and cls.__module__ == name and hasattr(cls, "_fields"):
+            if any(isinstance(a, (str, typing.ForwardRef)) for a in cls.__dict__.get("__annotations__", {}).values()):
+                found.append(f"{name}.{cls.__qualname__}")
+print(json.dumps(sorted(found)))
+"""
+
+# NamedTuples whose fields stay string annotations: formats.py is a kernel source (editing it
+# changes every kernel's source hash), and Candidate names LayerReader, defined after it.
+STRING_ANNOTATED_ALLOWED = ["kernelforge.formats.Format", "kernelforge.runtime.dispatch.Candidate"]
+
+
+def test_runtime_path_namedtuples_have_evaluated_annotations():
+    """typing.NamedTuple compiles each string annotation of a field (`from __future__ import
+    annotations`) into a ForwardRef when it creates the class, ~20 us per field on the build host
+    at every process start: the runtime path's NamedTuples live in modules without that import."""
+    found = _run(STRING_ANNOTATED_TUPLES, REPO)
+    assert found == STRING_ANNOTATED_ALLOWED, f"NamedTuples with string annotations on the runtime path: {found}"
+
+
 def test_spec_package_names_resolve_lazily():
     code = """
 import json, sys
