@@ -144,8 +144,13 @@ def _quantize_columnwise_custom(x: torch.Tensor, format: str, layout: str = "lin
 
 
 quantize_op = TorchOp("kernelforge::quantize", _quantize_custom,
+                      schema='(Tensor x, str format, str layout="linear", str scale_mode="floor", '
+                             'Tensor? global_scale=None) -> (Tensor, Tensor)',
                       fake=lambda x, format, layout="linear", scale_mode="floor", global_scale=None:
                       c.fake_pair(x, format, layout, scale_mode))
 quantize_columnwise_op = TorchOp("kernelforge::quantize_columnwise", _quantize_columnwise_custom,
+                                 schema='(Tensor x, str format, str layout="linear", str scale_mode="floor", '
+                                        'Tensor? global_scale=None, bool rowwise=True) '
+                                        '-> (Tensor, Tensor, Tensor, Tensor)',
                                  fake=lambda x, format, layout="linear", scale_mode="floor", global_scale=None,
                                  rowwise=True: c.fake_four(x, format, layout, scale_mode, rowwise))

@@ -266,5 +266,9 @@ def _fake_grouped(x, group_offsets, format, scale_mode="floor", global_scale=Non
             group_offsets.new_empty((groups,), dtype=torch.int32))
 
 
-quantize_experts_op = TorchOp("kernelforge::quantize_experts", _quantize_experts_custom, fake=_fake_experts)
-quantize_grouped_op = TorchOp("kernelforge::quantize_grouped", _quantize_grouped_custom, fake=_fake_grouped)
+quantize_experts_op = TorchOp("kernelforge::quantize_experts", _quantize_experts_custom, fake=_fake_experts,
+                              schema='(Tensor w, str format, str layout="swizzled", str scale_mode="floor", '
+                                     'Tensor? global_scale=None) -> (Tensor, Tensor)')
+quantize_grouped_op = TorchOp("kernelforge::quantize_grouped", _quantize_grouped_custom, fake=_fake_grouped,
+                              schema='(Tensor x, Tensor group_offsets, str format, str scale_mode="floor", '
+                                     'Tensor? global_scale=None) -> (Tensor, Tensor, Tensor)')

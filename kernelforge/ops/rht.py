@@ -80,5 +80,8 @@ def _quantize_nvfp4_rht_custom(x: torch.Tensor, global_scale_row: Optional[torch
 
 quantize_nvfp4_rht_op = TorchOp(
     "kernelforge::quantize_nvfp4_rht", _quantize_nvfp4_rht_custom,
+    schema=f'(Tensor x, Tensor? global_scale_row=None, Tensor? global_scale_col=None, '
+           f'SymInt sign_mask={cw.RHT_SIGN_MASK}, bool rowwise=True, str layout="swizzled") '
+           '-> (Tensor, Tensor, Tensor, Tensor)',
     fake=lambda x, global_scale_row=None, global_scale_col=None, sign_mask=cw.RHT_SIGN_MASK, rowwise=True,
     layout="swizzled": c.fake_four(x, "nvfp4", layout, "none", rowwise))

@@ -156,9 +156,13 @@ def _add_rmsnorm_quantize_custom(x: torch.Tensor, residual: torch.Tensor, weight
 
 rmsnorm_quantize_op = TorchOp(
     "kernelforge::rmsnorm_quantize", _rmsnorm_quantize_custom,
+    schema='(Tensor x, Tensor weight, str format, float eps=1e-06, str layout="linear", str scale_mode="floor", '
+           'Tensor? global_scale=None) -> (Tensor, Tensor)',
     fake=lambda x, weight, format, eps=1e-6, layout="linear", scale_mode="floor", global_scale=None:
     c.fake_pair(x, format, layout, scale_mode))
 add_rmsnorm_quantize_op = TorchOp(
     "kernelforge::add_rmsnorm_quantize", _add_rmsnorm_quantize_custom, mutates_args=("residual",),
+    schema='(Tensor x, Tensor(a1!) residual, Tensor weight, str format, float eps=1e-06, str layout="linear", '
+           'str scale_mode="floor", Tensor? global_scale=None) -> (Tensor, Tensor)',
     fake=lambda x, residual, weight, format, eps=1e-6, layout="linear", scale_mode="floor", global_scale=None:
     c.fake_pair(x, format, layout, scale_mode))

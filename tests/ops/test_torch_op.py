@@ -104,3 +104,31 @@ def test_eager_call_skips_the_dispatcher_and_compile_traces_the_op():
     assert torch.allclose(got, (x + 1) * 2 - 1)
     targets = [str(n.target) for n in graphs[0].graph.nodes if n.op == "call_function"]
     assert any("kf_torch_op_test.pair" in t for t in targets), targets
+
+
+def _builtin_ops() -> list[TorchOp]:
+    """Every TorchOp the built-in op families' public modules define."""
+    import importlib
+
+    from kernelforge.families import builtin_api
+
+    modules = {importlib.import_module(path.partition(":")[0]) for path in builtin_api().values()}
+    return [v for m in modules for v in vars(m).values() if isinstance(v, TorchOp)]
+
+
+def test_builtin_ops_give_their_schema_as_inferred():
+    """The built-in ops spell out their schema (no inference at import); each must be exactly
+    what torch.library.infer_schema makes of the eager function, so the two cannot drift."""
+    ops = _builtin_ops()
+    assert len({op.qualname for op in ops}) >= 7
+    for op in ops:
+        inferred = torch.library.infer_schema(op.eager, mutates_args=op.mutates_args)
+        assert op.schema_given, f"{op.qualname}: give schema={inferred!r} (inferring it costs every import)"
+        assert op.schema == inferred, f"{op.qualname}: schema {op.schema!r} is not the inferred {inferred!r}"
+
+
+def test_a_given_schema_that_differs_from_the_signature_is_caught():
+    """The check above fails for a schema that drifted from its function (here: a default)."""
+    op = TorchOp("kf_torch_op_test::drift", _pair, fake=_fake_pair,
+                 schema="(Tensor x, float factor=3.0) -> (Tensor, Tensor)")
+    assert op.schema != torch.library.infer_schema(op.eager, mutates_args=op.mutates_args)
