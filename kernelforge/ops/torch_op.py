@@ -68,16 +68,16 @@ class TorchOp:
         if schema is None:
             schema = torch.library.infer_schema(eager, mutates_args=self.mutates_args)
         self.schema = schema
-        self.custom = self._register(namespace, name, fake, self.mutates_args)
+        self.custom = self._register(namespace, name, fake)
         functools.update_wrapper(self, eager)
 
-    def _register(self, namespace: str, name: str, fake: Callable[..., Any], mutates: tuple[str, ...]) -> Any:
+    def _register(self, namespace: str, name: str, fake: Callable[..., Any]) -> Any:
         """Register `eager` as namespace::name; return its op packet."""
         lib = _library(namespace)
         lib.define(name + self.schema, tags=(torch.Tag.pt2_compliant_tag,))
         lib.impl(name, self.eager, "CompositeExplicitAutograd")
         packet = getattr(getattr(torch.ops, namespace), name)
-        if mutates:
+        if self.mutates_args:
             _register_version_bump(lib, self.qualname, name, packet.default)
         built: list[Callable[..., Any]] = []
 

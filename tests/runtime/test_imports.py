@@ -99,6 +99,13 @@ DispatchTable("/nonexistent-kf-cache").candidates(
     "quantize", {"format": "mxfp8", "scale_mode": "floor", "layout": "linear", "dtype": "bfloat16"}, (9, 0))
 """
 
+# The runtime path after torch: the ops (registered) and a dispatch lookup.
+OPS_AND_LOOKUP = """
+import torch
+import kernelforge, kernelforge.ops
+kernelforge.quantize
+""" + DISPATCH_LOOKUP
+
 RUNTIME_PATH = """
 import json, sys
 import kernelforge
@@ -123,10 +130,7 @@ def recording(cls, *args, **kwargs):
     made.append(f"{cls.__module__}.{cls.__qualname__}")
     return process_class(cls, *args, **kwargs)
 dataclasses._process_class = recording
-import torch
-import kernelforge, kernelforge.ops
-kernelforge.quantize
-""" + DISPATCH_LOOKUP + """
+""" + OPS_AND_LOOKUP + """
 print(json.dumps([m for m in made if m.startswith("kernelforge")]))
 """
 
@@ -140,10 +144,7 @@ def test_runtime_path_creates_no_dataclass():
 
 STRING_ANNOTATED_TUPLES = """
 import json, sys, typing
-import torch
-import kernelforge, kernelforge.ops
-kernelforge.quantize
-""" + DISPATCH_LOOKUP + """
+""" + OPS_AND_LOOKUP + """
 found = []
 for name, mod in list(sys.modules.items()):
     if not name.startswith("kernelforge"):
