@@ -1,9 +1,19 @@
-"""Fixtures shared by tests/spec and tests/cli (`kernelforge specs show`): the default spec file."""
+"""Fixtures shared by tests/spec and tests/cli (`kernelforge specs show`): the default spec file.
+
+Transfers (merge, import, pull) and installed kernel wheels refuse entries no trusted key signed.
+The tests of other properties of transfers (atomicity, damage, conflicts, batches) use unsigned
+sources, so the suite opts in for every source here; tests/cache/test_signing.py and
+tests/release/ clear this and check the default refusal, signed and forged sources.
+"""
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
+
+os.environ["KERNELFORGE_ALLOW_UNSIGNED"] = "*"
+os.environ.pop("KERNELFORGE_TRUSTED_KEYS", None)
 
 DEFAULT_SPEC = Path(__file__).resolve().parents[1] / "kernelforge" / "data" / "specs" / "quantize.toml"
 

@@ -6,6 +6,7 @@ Bundle members, sorted by name after the bundle index:
 kernelforge-bundle.json                {"schema": 1, "format": "kernelforge-bundle", "entries": {key: Entry JSON}}
 v1/artifacts/<key[:2]>/<key>/<files>   each entry's directory as in a cache, meta.json included
 v1/runtime/<key>/<files>
+v1/signatures/<sha256>.json            signed manifests covering exported entries (`kernelforge.cache.signing`)
 ```
 
 Export is byte-for-byte reproducible (fixed mtimes, uid/gid 0, no user names, gzip header
@@ -32,6 +33,8 @@ from typing import Any, Iterable, Iterator
 
 from kernelforge.cache.entry import Entry
 from kernelforge.cache.layout import META_NAME, SCHEMA_VERSION
+from kernelforge.cache.provenance import Authority, covering_manifests
+from kernelforge.cache.signing import SIGNATURES_DIR
 from kernelforge.cache.store import CacheStore
 from kernelforge.cache.transfer import (
     Rejected,
@@ -41,8 +44,10 @@ from kernelforge.cache.transfer import (
     load_local_files,
     parse_entries,
     publish_staged,
+    quarantine_conflict,
     read_entries_index,
     runtime_missing,
+    same_files,
     select_entries,
     stage_file,
 )
@@ -52,7 +57,8 @@ BUNDLE_INDEX = "kernelforge-bundle.json"
 _V = f"v{SCHEMA_VERSION}"
 _PART = r"[A-Za-z0-9_][A-Za-z0-9._-]*"
 _KEY = r"[A-Za-z0-9][A-Za-z0-9_.-]{1,254}"
-_MEMBER = re.compile(rf"{_V}(/artifacts(/{_PART}(/{_KEY}(/{_PART})*)?)?|/runtime(/{_KEY}(/{_PART})*)?)?")
+_MEMBER = re.compile(rf"{_V}(/artifacts(/{_PART}(/{_KEY}(/{_PART})*)?)?|/runtime(/{_KEY}(/{_PART})*)?"
+                     rf"|/{SIGNATURES_DIR}(/[0-9a-f]{{64}}\.json)?)?")
 
 
 def _json_bytes(obj: Any) -> bytes:
@@ -88,6 +94,8 @@ def export_bundle(store: CacheStore, path: str | os.PathLike[str], *, only: Iter
         report.transferred.append(entry.name)
         report.files += len(files)
         report.bytes += sum(len(d) for d in files.values())
+    for name, document in covering_manifests(store, index):
+        members[f"{_V}/{SIGNATURES_DIR}/{name}"] = document
     if not dest.parent.is_dir():
         raise TransferError(f"bundle {dest}: directory {dest.parent} does not exist")
     fd, tmp = tempfile.mkstemp(prefix=f".{dest.name}-", dir=dest.parent)
@@ -161,10 +169,13 @@ def _open(path: Path, spool_dir: Path) -> Iterator[tuple[tarfile.TarFile, dict[s
         yield tar, names
 
 
-def import_bundle(store: CacheStore, path: str | os.PathLike[str]) -> TransferReport:
-    """Import the entries of a bundle the cache lacks; each is re-hashed and published only if intact."""
+def import_bundle(store: CacheStore, path: str | os.PathLike[str], *,
+                  authority: Authority | None = None) -> TransferReport:
+    """Import the entries of a bundle the cache lacks; each is re-hashed and published only if intact
+    and signed by a trusted key (or the bundle is allowed unsigned); see `kernelforge.cache.provenance`."""
     src = Path(path)
     report = TransferReport("import", str(src), str(store.root))
+    check = (authority or Authority.configured()).for_source(str(src), "import")
     with _open(src, store.layout.tmp) as (tar, members), store.publishing_batch():
         check_dir = store.layout.tmp / "bundle-check"  # a name for data_filter only: nothing is written
         problems = [p for m in members.values() if (p := member_problem(m, check_dir))]
@@ -174,23 +185,30 @@ def import_bundle(store: CacheStore, path: str | os.PathLike[str]) -> TransferRe
                            + "; nothing was imported")
         raw = _read_index(tar, members, src)
         entries = parse_entries(raw, f"bundle {src}", report)
-        claimed = {BUNDLE_INDEX}
+        signatures = sorted(n for n, m in members.items() if n.startswith(f"{_V}/{SIGNATURES_DIR}/") and m.isreg())
+        check.add_manifests((n.rsplit("/", 1)[1], _read(tar, members[n])) for n in signatures)
+        claimed = {BUNDLE_INDEX, *signatures}
         arrived: set[str] = set()
         for entry in select_entries(entries):
             report.selected += 1
             prefix = f"{_V}/{entry.path}/"
             claimed.update(n for n in members if n.startswith(prefix) or n == prefix.rstrip("/"))
-            if store.get(entry.key) is not None:
+            held = store.get(entry.key)
+            if held is not None and same_files(held, entry):
                 report.present.append(entry.name)
                 continue
-            files = runtime_missing(entry, store, arrived) or _entry_files(tar, members, entry, prefix)
+            if held is not None:
+                quarantine_conflict(store, held, entry, _entry_files(tar, members, entry, prefix), str(src), report)
+                continue
+            files = (check.refusal(entry) or runtime_missing(entry, store, arrived)
+                     or _entry_files(tar, members, entry, prefix))
             if isinstance(files, str):
                 report.refuse(entry, f"not imported from bundle {src}: {files}; nothing of it was published")
                 continue
             staging = store.staging_dir()
             for rel, data in files.items():
                 stage_file(staging, rel, data)
-            publish_staged(store, entry, staging)
+            publish_staged(store, check.stamped(entry), staging)
             arrived.add(entry.key)
             report.transferred.append(entry.name)
             report.files += len(entry.files)
@@ -198,6 +216,8 @@ def import_bundle(store: CacheStore, path: str | os.PathLike[str]) -> TransferRe
         stray = sorted(n for n, m in members.items() if n not in claimed and not m.isdir())
         if stray:
             report.notes.append(f"ignored {len(stray)} member(s) of no indexed entry, e.g. {stray[0]}")
+    check.keep_manifests(store.root)
+    report.notes.extend(check.notes)
     return report
 
 

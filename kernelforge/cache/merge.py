@@ -10,10 +10,14 @@ is what gets published. Then:
 * a key the destination has with other bytes is a conflict: it is refused and reported with
   both sha256s, and the destination's entry stays as it was.
 
-A refused entry (conflict, damaged source entry, or a kernel whose runtime library is in
-neither cache) is never published; the other entries still are, each one complete. A source
-is trusted no further than its own index: merge proves that the bytes are the ones the source
-recorded, not who built them.
+* a key the destination has with other bytes is a conflict: the incoming copy is moved to the
+  destination's quarantine/ (with REASON.txt) and never served, whatever its `created` date.
+
+An entry the destination lacks is published only if a manifest signed by a trusted key vouches
+for its bytes, or the source is allowed unsigned (`kernelforge.cache.provenance`); the
+destination records its origin and keeps the manifests. A refused entry (conflict, unsigned,
+damaged source entry, or a kernel whose runtime library is in neither cache) is never
+published; the other entries still are, each one complete.
 """
 from __future__ import annotations
 
@@ -27,6 +31,8 @@ from typing import Any, Iterable
 
 from kernelforge.cache.entry import Entry
 from kernelforge.cache.index import read_index_checked
+from kernelforge.cache.provenance import Authority, SourceCheck
+from kernelforge.cache.signing import SIGNATURES_DIR, read_manifests
 from kernelforge.cache.store import CacheStore, sha256_file
 from kernelforge.errors import CacheError
 
@@ -63,6 +69,8 @@ class MergeReport:
     merged: list[str] = field(default_factory=list)
     identical: list[str] = field(default_factory=list)
     refused: list[Refused] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+    quarantined: list[str] = field(default_factory=list)  # where conflicting incoming copies went
 
     @property
     def ok(self) -> bool:
@@ -76,7 +84,8 @@ class MergeReport:
         return {"dest": str(self.dest), "sources": [str(s) for s in self.sources], "ok": self.ok,
                 "merged": len(self.merged), "identical": len(self.identical),
                 "conflicts": len(self.conflicts), "refused": [{**vars(r), "source": str(r.source)}
-                                                             for r in self.refused]}
+                                                             for r in self.refused],
+                "quarantined": self.quarantined, "notes": self.notes}
 
 
 def _file_digests(files: dict[str, dict[str, Any]]) -> dict[str, tuple[str, int]]:
@@ -135,7 +144,8 @@ def _publish_copy(dest: CacheStore, entry: Entry, staging: Path) -> Entry:
         raise
 
 
-def merge_one(source: CacheStore, entry: Entry, dest: CacheStore, report: MergeReport) -> None:
+def merge_one(source: CacheStore, entry: Entry, dest: CacheStore, report: MergeReport,
+              check: SourceCheck | None = None) -> None:
     """Merge one source entry into `dest`, recording the outcome in `report`."""
     # The parsed index is reused while index.json is unchanged (each write replaces it), and includes
     # what a publishing batch has moved into place but not yet indexed.
@@ -143,7 +153,10 @@ def merge_one(source: CacheStore, entry: Entry, dest: CacheStore, report: MergeR
     published = held is None
     if held is None:
         rkey = entry.extra.get("runtime_key")
-        if entry.kind == "kernel" and rkey is not None and dest.get(str(rkey)) is None:
+        why = check.refusal(entry) if check is not None else None
+        if why is not None:
+            staging = None
+        elif entry.kind == "kernel" and rkey is not None and dest.get(str(rkey)) is None:
             why = f"its runtime library {str(rkey)[:12]} is not in the destination (not merged)"
             staging = None
         else:
@@ -152,16 +165,23 @@ def merge_one(source: CacheStore, entry: Entry, dest: CacheStore, report: MergeR
             report.refused.append(Refused(source.root, entry.key, entry.name, why))
             return
         # publish keeps an entry another writer published meanwhile: compared below like any other
-        held = _publish_copy(dest, entry, staging)
+        held = _publish_copy(dest, check.stamped(entry) if check is not None else entry, staging)
     if _file_digests(held.files) != _file_digests(entry.files):
         report.refused.append(Refused(source.root, entry.key, entry.name, "conflicting bytes for one key",
                                       held.sha256, entry.sha256))
+        staging, why = _stage_copy(source, entry, dest)
+        if staging is not None:
+            report.quarantined.append(str(dest.quarantine(
+                staging, f"conflict: incoming {entry.name} [{entry.key}] from {source.root} has sha256 "
+                         f"{entry.sha256}; this cache keeps its own entry (sha256 {held.sha256})")))
     else:
         (report.merged if published else report.identical).append(entry.name)
 
 
-def merge(sources: Iterable[str | os.PathLike[str] | CacheStore], dest: CacheStore) -> MergeReport:
-    """Merge every entry of each source cache into `dest` (see the module docstring).
+def merge(sources: Iterable[str | os.PathLike[str] | CacheStore], dest: CacheStore,
+          authority: Authority | None = None) -> MergeReport:
+    """Merge every entry of each source cache into `dest` (see the module docstring); `authority`
+    defaults to the configured trusted keys with no opt-in for unsigned sources.
 
     Raises CacheError for a source whose index is unusable (before anything of it is merged)."""
     stores = [s if isinstance(s, CacheStore) else CacheStore(s) for s in sources]
@@ -172,10 +192,16 @@ def merge(sources: Iterable[str | os.PathLike[str] | CacheStore], dest: CacheSto
     for source in stores:
         if not source.root.is_dir():
             raise CacheError(f"source cache {source.root} does not exist")
+        if source.root.resolve() == dest.root.resolve():
+            raise CacheError(f"source cache {source.root} is the destination itself")
         entries, bad = _source_entries(source)
         report.refused.extend(Refused(source.root, key, name, reason) for key, name, reason in bad)
+        check = (authority or Authority.configured()).for_source(str(source.root), "merge")
+        check.add_manifests(read_manifests(source.layout.schema_root / SIGNATURES_DIR))
         with dest.publishing_batch():
             for entry in entries:
-                merge_one(source, entry, dest, report)
+                merge_one(source, entry, dest, report, check)
+        check.keep_manifests(dest.root)
+        report.notes.extend(check.notes)
     dest.refresh_views()
     return report

@@ -5,8 +5,13 @@ Layout of a remote at URL (content-addressed; nothing is ever rewritten in place
 ```
 URL/v1/blobs/<sha[:2]>/<sha256>   every file of every entry, named by the sha256 of its bytes
 URL/v1/entries/<key>.json         one entry's metadata (Entry JSON, files' sha256 and sizes)
-URL/v1/remote-index.json          {"schema": 1, "format": "kernelforge-remote", "entries": {key: Entry JSON}}
+URL/v1/remote-index.json          {"schema": 1, "format": "kernelforge-remote", "entries": {key: Entry JSON},
+                                   "signatures": [manifest names]}
+URL/v1/signatures/<sha256>.json   signed manifests covering pushed entries (`kernelforge.cache.signing`)
 ```
+Pull publishes an entry only if one of those manifests, signed by a trusted key, vouches for its
+bytes (or the remote is allowed unsigned; `kernelforge.cache.provenance`), and an entry whose
+key the local cache holds with other bytes is a conflict: quarantined, never served.
 
 Push order: an entry's blobs, then its `entries/<key>.json`, then the index, so every key the
 index lists has all its blobs. Blobs are immutable (same name, same bytes), so two pushers of the
@@ -28,6 +33,8 @@ from typing import Any, Iterable
 
 from kernelforge.cache.entry import Entry
 from kernelforge.cache.layout import SCHEMA_VERSION, check_key
+from kernelforge.cache.provenance import Authority, covering_manifests
+from kernelforge.cache.signing import SIGNATURES_DIR, manifest_name
 from kernelforge.cache.store import CacheStore
 from kernelforge.cache.transfer import (
     TransferError,
@@ -36,9 +43,11 @@ from kernelforge.cache.transfer import (
     load_local_files,
     parse_entries,
     publish_staged,
+    quarantine_conflict,
     read_entries_index,
     runtime_key_of,
     runtime_missing,
+    same_files,
     select_entries,
     stage_file,
 )
@@ -72,6 +81,7 @@ class Remote:
         protocols = self.fs.protocol if isinstance(self.fs.protocol, (tuple, list)) else (self.fs.protocol,)
         self.read_only = any(p in _READ_ONLY for p in protocols)
         self.local = "file" in protocols or "local" in protocols
+        self.signature_names: list[str] = []  # the signed manifests the index lists (read_index)
 
     def path(self, rel: str) -> str:
         return f"{self.root}/{rel}"
@@ -95,11 +105,30 @@ class Remote:
             raise TransferError(f"remote {self.url}: cannot read {what} ({type(exc).__name__}: {exc})") from None
 
     def read_index(self) -> dict[str, Any] | None:
-        """The raw entries of the remote index, None if the remote has none."""
+        """The raw entries of the remote index, None if the remote has none (its list of signed
+        manifests is kept in `signature_names`)."""
         data = self.read(self.path(INDEX_PATH), INDEX_PATH)
         if data is None:
             return None
-        return read_entries_index(data, REMOTE_FORMAT, f"remote {self.url}", INDEX_PATH)
+        entries = read_entries_index(data, REMOTE_FORMAT, f"remote {self.url}", INDEX_PATH)
+        names = json.loads(data).get("signatures")
+        self.signature_names = sorted({n for n in names if isinstance(n, str)} if isinstance(names, list) else ())
+        return entries
+
+    def signature_path(self, name: str) -> str:
+        return self.path(f"v{SCHEMA_VERSION}/{SIGNATURES_DIR}/{name}")
+
+    def manifests(self) -> list[tuple[str, bytes]]:
+        """(name, bytes) of the signed manifests the index lists; a name that is not a content
+        address, a missing file or one whose bytes do not match its name is skipped."""
+        out = []
+        for name in self.signature_names:
+            if len(name) != 69 or not name.endswith(".json"):
+                continue
+            data = self.read(self.signature_path(name), f"signature manifest {name}")
+            if data is not None and manifest_name(data) == name:
+                out.append((name, data))
+        return out
 
     def listed_entry_keys(self) -> list[str]:
         """Keys with an entries/<key>.json (empty where the backend cannot list, e.g. HTTP)."""
@@ -138,9 +167,9 @@ class Remote:
         except Exception as exc:
             raise TransferError(f"remote {self.url}: cannot write {path} ({type(exc).__name__}: {exc})") from None
 
-    def write_index(self, entries: dict[str, Any]) -> None:
-        body = json.dumps({"schema": SCHEMA_VERSION, "format": REMOTE_FORMAT, "entries": entries},
-                          indent=1, sort_keys=True)
+    def write_index(self, entries: dict[str, Any], signatures: list[str]) -> None:
+        body = json.dumps({"schema": SCHEMA_VERSION, "format": REMOTE_FORMAT, "entries": entries,
+                           "signatures": sorted(set(signatures))}, indent=1, sort_keys=True)
         self.write(self.path(INDEX_PATH), body.encode())
 
 
@@ -175,11 +204,16 @@ def push(store: CacheStore, url: str, *, only: Iterable[str] | None = None,
         remote.write(remote.entry_path(entry.key), json.dumps(entry.to_json(), indent=1, sort_keys=True).encode())
         pushed[entry.key] = entry.to_json()
         report.transferred.append(entry.name)
-    _update_index(remote, pushed, report)
+    signatures = []
+    for name, document in covering_manifests(store, [e.key for e in selected]):
+        if name not in remote.signature_names and not remote.has(remote.signature_path(name)):
+            remote.write(remote.signature_path(name), document)
+        signatures.append(name)
+    _update_index(remote, pushed, report, signatures)
     return report
 
 
-def _update_index(remote: Remote, pushed: dict[str, Any], report: TransferReport) -> None:
+def _update_index(remote: Remote, pushed: dict[str, Any], report: TransferReport, signatures: list[str]) -> None:
     """Merge `pushed` (and entries a lost race left out) into the remote index; check it stuck."""
     current = remote.read_index() or {}
     healed: dict[str, Any] = {}
@@ -198,23 +232,26 @@ def _update_index(remote: Remote, pushed: dict[str, Any], report: TransferReport
         if attempt:
             current = remote.read_index() or {}
         merged = {**pushed, **healed, **current}  # an entry already indexed stays as indexed
-        if merged == current:
+        names = sorted(set(remote.signature_names) | set(signatures))
+        if merged == current and names == remote.signature_names:
             return
-        remote.write_index(merged)
+        remote.write_index(merged, names)
         after = remote.read_index() or {}
-        if all(k in after for k in merged):
+        if all(k in after for k in merged) and set(names) <= set(remote.signature_names):
             return
     report.notes.append(f"the index of {remote.url} kept losing keys to concurrent pushers; "
                         "run push again (the entries themselves are complete)")
 
 
 def pull(store: CacheStore, url: str, *, only: Iterable[str] | None = None, keys: Iterable[str] | None = None,
-         missing_ok: bool = False) -> TransferReport:
-    """Download the selected remote entries the local cache lacks, verify every file, publish each.
+         missing_ok: bool = False, authority: Authority | None = None) -> TransferReport:
+    """Download the selected remote entries the local cache lacks, verify every file and its
+    signature, publish each.
 
     A remote without an index is an error, unless `missing_ok` (then nothing is pulled)."""
     remote = Remote(url)
     report = TransferReport("pull", remote.url, str(store.root))
+    check = (authority or Authority.configured()).for_source(remote.url, "pull")
     raw = remote.read_index()
     if raw is None and missing_ok:
         report.notes.append(f"remote {remote.url} holds no entries yet")
@@ -223,13 +260,22 @@ def pull(store: CacheStore, url: str, *, only: Iterable[str] | None = None, keys
         raise TransferError(f"remote {remote.url} has no {INDEX_PATH}: nothing was pushed there, or the URL is wrong")
     selected = select_entries(parse_entries(raw, f"remote {remote.url}", report), only=only, keys=keys)
     report.selected = len(selected)
+    check.add_manifests(remote.manifests())
     arrived: set[str] = set()
     with store.publishing_batch():
         for entry in selected:
-            if store.get(entry.key) is not None:
+            held = store.get(entry.key)
+            if held is not None and same_files(held, entry):
                 report.present.append(entry.name)
                 continue
-            why = runtime_missing(entry, store, arrived)
+            if held is not None:
+                staging = store.staging_dir()
+                problem, _ = _fetch_into(remote, entry, staging)
+                files = problem or {rel: (staging / rel).read_bytes() for rel in entry.files}
+                shutil.rmtree(staging, ignore_errors=True)
+                quarantine_conflict(store, held, entry, files, remote.url, report)
+                continue
+            why = check.refusal(entry) or runtime_missing(entry, store, arrived)
             if why:
                 report.refuse(entry, f"not pulled from {remote.url}: {why}")
                 continue
@@ -243,11 +289,13 @@ def pull(store: CacheStore, url: str, *, only: Iterable[str] | None = None, keys
                 shutil.rmtree(staging, ignore_errors=True)
                 report.refuse(entry, f"{problem}; nothing of it was published")
                 continue
-            publish_staged(store, entry, staging)
+            publish_staged(store, check.stamped(entry), staging)
             arrived.add(entry.key)
             report.transferred.append(entry.name)
             report.files += len(entry.files)
             report.bytes += nbytes
+    check.keep_manifests(store.root)
+    report.notes.extend(check.notes)
     return report
 
 

@@ -16,6 +16,7 @@ from typing import Any
 
 from kernelforge.cache.entry import Entry
 from kernelforge.cache.index import read_index_checked, write_index
+from kernelforge.cache.provenance import unproven_arrivals
 from kernelforge.cache.store import CacheStore
 from kernelforge.cache.verification import entry_file_problems, trust_problems, view_problems
 from kernelforge.errors import CacheError
@@ -80,6 +81,13 @@ def repair(store: CacheStore) -> RepairReport:
                 report.kept += 1
             else:
                 report.reindexed.append(meta.name)
+        for key, why in unproven_arrivals(store, {k: Entry.from_json(d) for k, d in entries.items()})[0].items():
+            data = entries.pop(key)
+            _quarantine(store, report, data["name"], layout.entry_dir(key, data["kind"]), why)
+            if data["name"] in report.reindexed:
+                report.reindexed.remove(data["name"])
+            elif key in indexed:
+                report.kept -= 1
         report.dropped.extend(e.name for k, e in indexed.items() if k not in entries
                               and not any(q[0] == e.name for q in report.quarantined))
         _fix_permissions(store, report)

@@ -185,6 +185,28 @@ def load_local_files(store: CacheStore, entry: Entry) -> dict[str, bytes] | str:
     return out
 
 
+def same_files(a: Entry, b: Entry) -> bool:
+    """Whether two entries of one key hold the same files with the same bytes."""
+    return ({rel: str(i["sha256"]) for rel, i in a.files.items()}
+            == {rel: str(i["sha256"]) for rel, i in b.files.items()})
+
+
+def quarantine_conflict(store: CacheStore, held: Entry, entry: Entry, files: dict[str, bytes] | str,
+                        source: str, report: TransferReport) -> None:
+    """Refuse an incoming entry whose key the cache holds with other bytes: the cache keeps its own
+    entry (a later date means nothing), the incoming copy goes to quarantine/ for inspection."""
+    where = ""
+    if not isinstance(files, str):
+        staging = store.staging_dir()
+        for rel, data in files.items():
+            stage_file(staging, rel, data)
+        moved = store.quarantine(staging, f"conflict: incoming {entry.name} [{entry.key}] from {source} has sha256 "
+                                          f"{entry.sha256}; this cache keeps its own entry (sha256 {held.sha256})")
+        where = f"; the incoming copy is in {moved}"
+    report.refuse(entry, f"CONFLICT: this cache holds the key with other bytes (sha256 {held.sha256[:16]}, "
+                         f"incoming {entry.sha256[:16]}); its own entry is kept{where}")
+
+
 def publish_staged(store: CacheStore, entry: Entry, staging: Path) -> Entry:
     """Publish a staging dir holding exactly `entry`'s verified files as `entry` (its metadata kept,
     `created` becomes the time it arrived). Consumes `staging`."""

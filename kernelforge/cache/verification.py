@@ -40,6 +40,7 @@ NO_RUNTIME = "runtime library not indexed"
 STALE_VIEWS = "dispatch views disagree with the index"
 UNINDEXED = "entry not in the index"
 UNTRUSTED = "untrusted path"
+BAD_SIGNATURE = "signature does not hold"
 
 
 @dataclass(frozen=True)
@@ -68,6 +69,8 @@ class VerifyReport:
     files: int = 0
     problems: list[Problem] = field(default_factory=list)
     orphans: list[Path] = field(default_factory=list)
+    signed: dict[str, int] = field(default_factory=dict)  # key id -> entries whose origin it signed
+    unsigned: list[str] = field(default_factory=list)  # names of entries accepted unsigned (opted in)
 
     @property
     def ok(self) -> bool:
@@ -77,6 +80,7 @@ class VerifyReport:
         return {
             "root": str(self.root), "ok": self.ok, "entries": self.entries, "files": self.files,
             "problems": [vars(p) for p in self.problems], "orphans": [str(p) for p in self.orphans],
+            "signed": self.signed, "unsigned": self.unsigned,
         }
 
 
@@ -114,8 +118,40 @@ def verify(store: CacheStore) -> VerifyReport:
             report.problems.append(Problem(meta.key, meta.name, UNINDEXED, detail=str(directory)))
     for path, why in trust_problems(store):
         report.problems.append(Problem("", "", UNTRUSTED, str(path), why))
+    signature_problems(store, entries, report)
     report.orphans = store.orphans()
     return report
+
+
+def signature_problems(store: CacheStore, entries: dict[str, Entry], report: VerifyReport) -> None:
+    """Entries that arrived signed are checked again: a manifest of their signer in v1/signatures/
+    must verify and list their exact bytes, and the signer must still be trusted (where trusted
+    keys are configured). A manifest whose signature fails is a problem of its own."""
+    from kernelforge.cache.provenance import origin_of, unproven_arrivals
+    from kernelforge.cache.signing import SigningError, trusted_keys
+
+    arrivals = {k: o for k, e in entries.items() if (o := origin_of(e.extra)) is not None}
+    unproven, bad = unproven_arrivals(store, entries)
+    report.problems.extend(Problem("", "", BAD_SIGNATURE, file, why) for file, why in bad)
+    if not arrivals:
+        return
+    try:
+        trusted = trusted_keys()
+    except SigningError as exc:
+        report.problems.append(Problem("", "", BAD_SIGNATURE, detail=f"trusted keys unusable: {exc}"))
+        trusted = None
+    for key, origin in sorted(arrivals.items()):
+        entry, signer = entries[key], origin.get("signer")
+        if not signer:
+            report.unsigned.append(entry.name)
+        elif key in unproven:
+            report.problems.append(Problem(key, entry.name, BAD_SIGNATURE, detail=(
+                f"{unproven[key]}; run `kernelforge cache repair` (it quarantines the entry) and transfer it again")))
+        elif trusted is not None and trusted.keys and signer not in trusted.keys:
+            report.problems.append(Problem(key, entry.name, BAD_SIGNATURE, detail=(
+                f"signed by key {signer}, which is no longer trusted (trusted keys: {trusted.source})")))
+        else:
+            report.signed[signer] = report.signed.get(signer, 0) + 1
 
 
 def entry_file_problems(store: CacheStore, entry: Entry, directory: Path) -> list[tuple[str, str, str]]:

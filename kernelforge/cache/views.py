@@ -43,7 +43,7 @@ def _compact(key: str, data: dict[str, Any]) -> dict[str, Any] | None:
     extra, variant = data.get("extra") or {}, data.get("variant") or {}
     return {"key": key, **{f: data[f] for f in _VIEW_FIELDS if f in data}, "sha256": sha,
             "variant": {"axes": variant.get("axes") or {}, "kclass": variant.get("kclass") or {}},
-            "extra": {f: extra[f] for f in ("symbol", "runtime_key", "dispatch") if f in extra}}
+            "extra": {f: extra[f] for f in ("symbol", "runtime_key", "dispatch", "origin") if f in extra}}
 
 
 def dispatch_views(entries: dict[str, dict[str, Any]], generation: str,

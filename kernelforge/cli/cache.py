@@ -423,23 +423,46 @@ def limit_cmd(
                                                     if limit else "none"), markup=False, soft_wrap=True)
 
 
+TrustedKeysOpt = typer.Option(None, "--trusted-keys", help="File of trusted public keys (default: "
+                                                            "$KERNELFORGE_TRUSTED_KEYS, else "
+                                                            "~/.config/kernelforge/trusted-keys).")
+AllowUnsignedOpt = typer.Option(False, "--allow-unsigned", help="Accept entries no trusted key signed from this "
+                                                               "command's sources (their origin is recorded as "
+                                                               "unsigned).")
+
+
+def _authority(trusted_keys: Optional[Path], allow_unsigned: bool):
+    """The command's trust settings; exit 2 with one line if the trusted keys are unusable."""
+    from kernelforge.cache.provenance import Authority
+
+    try:
+        return Authority.configured(trusted_keys, allow_unsigned)
+    except CacheError as exc:
+        _err().print(f"error: {exc}", markup=False, soft_wrap=True)
+        raise typer.Exit(2) from None
+
+
 @app.command("merge")
 def merge_cmd(
     sources: List[Path] = typer.Argument(..., help="Source cache roots (e.g. the shards of a release build)."),
     cache: Optional[Path] = CacheOpt,
+    trusted_keys: Optional[Path] = TrustedKeysOpt,
+    allow_unsigned: bool = AllowUnsignedOpt,
     fmt: Fmt = FormatOpt,
 ) -> None:
-    """Merge source caches into the cache: verified copies published atomically; identical keys
-    skipped; conflicting bytes for one key refused (exit 1, both sha256s named)."""
+    """Merge source caches into the cache: verified copies of entries a trusted key signed,
+    published atomically; identical keys skipped; conflicting bytes for one key refused and
+    quarantined (exit 1, both sha256s named)."""
     from kernelforge.cache.merge import merge
 
+    authority = _authority(trusted_keys, allow_unsigned)
     store, source = _open(cache, must_exist=False)
     missing = [s for s in sources if not s.is_dir()]
     if missing:
         _err().print(f"error: source cache {missing[0]} is not a directory", markup=False, soft_wrap=True)
         raise typer.Exit(2)
     try:
-        report = merge(sources, store)
+        report = merge(sources, store, authority)
     except CacheError as exc:
         _err().print(f"error: {exc}", markup=False, soft_wrap=True)
         raise typer.Exit(2) from None
@@ -448,8 +471,12 @@ def merge_cmd(
         raise typer.Exit(0 if report.ok else 1)
     console = _out()
     _say_root(console, store, source)
+    for note in report.notes:
+        console.print(f"note: {note}", markup=False, soft_wrap=True)
     for refused in report.refused:
         console.print(f"{'CONFLICT' if refused.conflict else 'REFUSED'}: {refused}", markup=False, soft_wrap=True)
+    for place in report.quarantined:
+        console.print(f"quarantined the conflicting incoming copy: {place}", markup=False, soft_wrap=True)
     console.print(f"merged {len(report.merged)}, identical {len(report.identical)}, conflicts "
                   f"{len(report.conflicts)}, refused {len(report.refused) - len(report.conflicts)} "
                   f"from {len(sources)} source(s)", markup=False)
@@ -476,13 +503,17 @@ def push_cmd(url: str = typer.Argument(..., help="fsspec URL: file://, s3://, gs
 
 @app.command("pull")
 def pull_cmd(url: str = typer.Argument(..., help="fsspec URL: file://, s3://, gs://, http(s)://."),
-             cache: Optional[Path] = CacheOpt, only: Optional[list[str]] = OnlyOpt, fmt: Fmt = FormatOpt) -> None:
-    """Download the entries this cache lacks; every file is re-hashed before it is published."""
+             cache: Optional[Path] = CacheOpt, only: Optional[list[str]] = OnlyOpt,
+             trusted_keys: Optional[Path] = TrustedKeysOpt, allow_unsigned: bool = AllowUnsignedOpt,
+             fmt: Fmt = FormatOpt) -> None:
+    """Download the entries this cache lacks that a trusted key signed; every file is re-hashed
+    before it is published; a key held with other bytes is a conflict (quarantined, exit 1)."""
     from kernelforge.cache.remote import pull
     from kernelforge.cli import transfer
 
+    authority = _authority(trusted_keys, allow_unsigned)
     store, _ = _open(cache, must_exist=False)
-    transfer.show(transfer.run(pull, store, url, only=only), _out(), as_json=fmt is Fmt.json)
+    transfer.show(transfer.run(pull, store, url, only=only, authority=authority), _out(), as_json=fmt is Fmt.json)
 
 
 @app.command("export")
@@ -500,13 +531,16 @@ def export_cmd(file: Path = typer.Argument(..., help="The bundle to write (.tar.
 def import_cmd(file: Path = typer.Argument(..., help="A bundle written by `cache export`."),
                cache: Optional[Path] = CacheOpt,
                verify_after: bool = typer.Option(False, "--verify", help="Then verify the whole cache."),
+               trusted_keys: Optional[Path] = TrustedKeysOpt, allow_unsigned: bool = AllowUnsignedOpt,
                fmt: Fmt = FormatOpt) -> None:
-    """Import a bundle's entries this cache lacks: safe members only, every file re-hashed."""
+    """Import a bundle's entries this cache lacks that a trusted key signed: safe members only,
+    every file re-hashed; a key held with other bytes is a conflict (quarantined, exit 1)."""
     from kernelforge.cache.bundle import import_bundle
     from kernelforge.cli import transfer
 
+    authority = _authority(trusted_keys, allow_unsigned)
     store, _ = _open(cache, must_exist=False)
-    report = transfer.run(import_bundle, store, file)
+    report = transfer.run(import_bundle, store, file, authority=authority)
     checked = verify(store) if verify_after else None
     if checked is not None:
         report.notes.extend(f"verify: {p}" for p in checked.problems)

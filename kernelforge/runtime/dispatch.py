@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any, Callable, NamedTuple, Sequence
 
 from ..cache.index import load_index_for_runtime
 from ..cache.layout import Layout
+from ..cache.origin import origin_rank
 from ..cache.trust import TrustedRoot
 from ..cache.usage import usage_log
 from ..cache.views import DispatchViews, coords_id, with_main_path
@@ -150,8 +151,11 @@ class LayerReader:
             if entry is not None:
                 arch = (entry.get("variant") or {}).get("axes", {}).get("arch", entry.get("arch", ""))
                 cands.append(Candidate(entry, arch, kclass, self))
-        # Most specialized K-class first; newest build first among equals.
-        cands.sort(key=lambda c: (c.kclass.specificity, c.entry.get("created", "")), reverse=True)
+        # Most specialized K-class first; among equals a build made in this cache before one that
+        # arrived signed, before one accepted unsigned (kernelforge.cache.provenance.origin_rank: an
+        # arrival's later date must never shadow a local build), then the newest.
+        cands.sort(key=lambda c: (c.kclass.specificity, origin_rank(c.entry.get("extra")),
+                                  c.entry.get("created", "")), reverse=True)
         return cands
 
     def stale(self, group: str) -> int:
