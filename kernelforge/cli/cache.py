@@ -16,6 +16,7 @@ from rich.table import Table
 from kernelforge.cache import CacheStore, clean, stats, verify
 from kernelforge.cache.entry import Entry
 from kernelforge.cache.layers import EXPLICIT_SOURCES, Layer, resolve_layers, verify_layer
+from kernelforge.cache.origin import origin_text
 from kernelforge.config import resolve_cache_root
 from kernelforge.errors import CacheError
 
@@ -116,14 +117,15 @@ def ls_cmd(cache: Optional[Path] = CacheOpt, fmt: Fmt = FormatOpt) -> None:
     else:
         _say_root(console, first_store, first.source)
     table = Table(show_edge=False)
-    cols = ("name", "arch", "kind", "size", "sha256", "toolchain", "built") + (("layer",) if layered else ())
+    cols = ("name", "arch", "kind", "size", "sha256", "toolchain", "built", "origin") + (("layer",) if layered else ())
     for col in cols:
         table.add_column(col, justify="right" if col == "size" else "left", no_wrap=col != "name",
                          min_width=12 if col == "name" else None)
     for e, layer in rows:
         built = e.created.replace("T", " ")[:16]
         extra = (layer.label + (" (refused)" if layer.refused else ""),) if layered else ()
-        table.add_row(e.name, e.arch, e.kind, human_bytes(e.size), e.sha256[:12], e.toolchain_id[:12], built, *extra)
+        table.add_row(e.name, e.arch, e.kind, human_bytes(e.size), e.sha256[:12], e.toolchain_id[:12], built,
+                      origin_text(e.extra), *extra)
     console.print(table)
     note = f" ({shadowed} more shadowed by an earlier layer)" if shadowed else ""
     console.print(f"{len(rows)} entries{note}", markup=False)
@@ -225,6 +227,11 @@ def verify_cmd(cache: Optional[Path] = CacheOpt, fmt: Fmt = FormatOpt) -> None:
                           markup=False, soft_wrap=True)
         else:
             console.print(f"OK: {report.entries} entries verified ({report.files} files)", markup=False)
+        for signer, count in sorted(report.signed.items()):
+            console.print(f"signatures: {count} arrived entries signed by key {signer} (checked)", markup=False)
+        if report.unsigned:
+            console.print(f"note: {len(report.unsigned)} arrived entries are unsigned (accepted with "
+                          f"--allow-unsigned), e.g. {report.unsigned[0]}", markup=False, soft_wrap=True)
     if not ok:
         raise typer.Exit(1)
 

@@ -9,6 +9,7 @@ from typing import Any, List, Optional
 import typer
 from rich.console import Console
 
+from ..cache.origin import origin_text
 from ._common import fail
 
 DTYPES = {"bf16": "bfloat16", "fp16": "float16", "half": "float16", "fp32": "float32", "float": "float32"}
@@ -90,7 +91,7 @@ def _explain_variants(pattern: str, spec: Optional[List[str]], arch: Optional[Li
             if key in index:
                 e = index[key]
                 row.update(cached=True, layer=layer.label + (" (REFUSED by the runtime)" if layer.refused else ""),
-                           reason=f"cached, built {e.created} in {e.build_time_s:.2f}s")
+                           reason=f"cached, built {e.created} in {e.build_time_s:.2f}s; {origin_text(e.extra)}")
                 break
         else:
             entries = [e for index, _ in indexes for e in index.values()]
