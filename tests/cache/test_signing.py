@@ -91,7 +91,7 @@ def _authority(trusted_file: Path, allow_unsigned: bool = False) -> Authority:
 
 def _all_digests(root: Path, skip_quarantine: bool = True) -> set[str]:
     out = set()
-    for dirpath, dirnames, filenames in os.walk(root):
+    for dirpath, _dirnames, filenames in os.walk(root):
         if skip_quarantine and "quarantine" in Path(dirpath).parts:
             continue
         for n in filenames:
