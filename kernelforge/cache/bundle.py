@@ -29,7 +29,7 @@ import tarfile
 import tempfile
 import zlib
 from pathlib import Path
-from typing import Any, Iterable, Iterator
+from typing import Any, Callable, Iterable, Iterator, Sequence
 
 from kernelforge.cache.entry import Entry
 from kernelforge.cache.layout import META_NAME, SCHEMA_VERSION
@@ -169,8 +169,8 @@ def _open(path: Path, spool_dir: Path) -> Iterator[tuple[tarfile.TarFile, dict[s
         yield tar, names
 
 
-def import_bundle(store: CacheStore, path: str | os.PathLike[str], *,
-                  authority: Authority | None = None) -> TransferReport:
+def import_bundle(store: CacheStore, path: str | os.PathLike[str], *, authority: Authority | None = None,
+                  audit: Callable[[Sequence[Entry]], str | None] | None = None) -> TransferReport:
     """Import the entries of a bundle the cache lacks; each is re-hashed and published only if intact
     and signed by a trusted key (or the bundle is allowed unsigned); see `kernelforge.cache.provenance`."""
     src = Path(path)
@@ -188,6 +188,9 @@ def import_bundle(store: CacheStore, path: str | os.PathLike[str], *,
         signatures = sorted(n for n, m in members.items() if n.startswith(f"{_V}/{SIGNATURES_DIR}/") and m.isreg())
         check.add_manifests((n.rsplit("/", 1)[1], _read(tar, members[n])) for n in signatures)
         claimed = {BUNDLE_INDEX, *signatures}
+        reason = audit([e for e in entries.values() if store.get(e.key) is None]) if audit is not None else None
+        if reason is not None:
+            raise Rejected(f"bundle {src}: {reason}; nothing was imported")
         arrived: set[str] = set()
         for entry in select_entries(entries):
             report.selected += 1

@@ -27,7 +27,7 @@ import stat
 import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any, Callable, Iterable, Sequence
 
 from kernelforge.cache.entry import Entry
 from kernelforge.cache.index import read_index_checked
@@ -179,9 +179,12 @@ def merge_one(source: CacheStore, entry: Entry, dest: CacheStore, report: MergeR
 
 
 def merge(sources: Iterable[str | os.PathLike[str] | CacheStore], dest: CacheStore,
-          authority: Authority | None = None) -> MergeReport:
+          authority: Authority | None = None,
+          audit: Callable[[Sequence[Entry]], str | None] | None = None) -> MergeReport:
     """Merge every entry of each source cache into `dest` (see the module docstring); `authority`
-    defaults to the configured trusted keys with no opt-in for unsigned sources.
+    defaults to the configured trusted keys with no opt-in for unsigned sources. `audit` (e.g. the
+    build layer's `--rebuild-sample` check) sees a source's entries `dest` lacks first; a reason
+    it returns refuses every entry of that source.
 
     Raises CacheError for a source whose index is unusable (before anything of it is merged)."""
     stores = [s if isinstance(s, CacheStore) else CacheStore(s) for s in sources]
@@ -196,6 +199,10 @@ def merge(sources: Iterable[str | os.PathLike[str] | CacheStore], dest: CacheSto
             raise CacheError(f"source cache {source.root} is the destination itself")
         entries, bad = _source_entries(source)
         report.refused.extend(Refused(source.root, key, name, reason) for key, name, reason in bad)
+        reason = audit([e for e in entries if dest.get(e.key) is None]) if audit is not None else None
+        if reason is not None:
+            report.refused.extend(Refused(source.root, e.key, e.name, reason) for e in entries)
+            continue
         check = (authority or Authority.configured()).for_source(str(source.root), "merge")
         check.add_manifests(read_manifests(source.layout.schema_root / SIGNATURES_DIR))
         with dest.publishing_batch():

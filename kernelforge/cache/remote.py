@@ -29,7 +29,7 @@ import json
 import shutil
 import uuid
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any, Callable, Iterable, Sequence
 
 from kernelforge.cache.entry import Entry
 from kernelforge.cache.layout import SCHEMA_VERSION, check_key
@@ -37,6 +37,7 @@ from kernelforge.cache.provenance import Authority, covering_manifests
 from kernelforge.cache.signing import SIGNATURES_DIR, manifest_name
 from kernelforge.cache.store import CacheStore
 from kernelforge.cache.transfer import (
+    Rejected,
     TransferError,
     TransferReport,
     bytes_problem,
@@ -244,7 +245,8 @@ def _update_index(remote: Remote, pushed: dict[str, Any], report: TransferReport
 
 
 def pull(store: CacheStore, url: str, *, only: Iterable[str] | None = None, keys: Iterable[str] | None = None,
-         missing_ok: bool = False, authority: Authority | None = None) -> TransferReport:
+         missing_ok: bool = False, authority: Authority | None = None,
+         audit: Callable[[Sequence[Entry]], str | None] | None = None) -> TransferReport:
     """Download the selected remote entries the local cache lacks, verify every file and its
     signature, publish each.
 
@@ -261,6 +263,9 @@ def pull(store: CacheStore, url: str, *, only: Iterable[str] | None = None, keys
     selected = select_entries(parse_entries(raw, f"remote {remote.url}", report), only=only, keys=keys)
     report.selected = len(selected)
     check.add_manifests(remote.manifests())
+    reason = audit([e for e in selected if store.get(e.key) is None]) if audit is not None else None
+    if reason is not None:
+        raise Rejected(f"remote {remote.url}: {reason}; nothing was pulled")
     arrived: set[str] = set()
     with store.publishing_batch():
         for entry in selected:

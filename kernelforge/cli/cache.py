@@ -197,12 +197,13 @@ def _print_stats(console: Console, report, layer: Layer, layered: bool) -> None:
 @app.command("verify")
 def verify_cmd(cache: Optional[Path] = CacheOpt, fmt: Fmt = FormatOpt) -> None:
     """Prove each layer is what its index says (files, references, views, modes; a kernel wheel
-    also against its SHA256SUMS); exit 1 if any layer is not."""
+    also against its SHA256SUMS); exit 1 if any layer is not, or if a kernel wheel is refused (built
+    for another kernelforge or TVM-FFI ABI: the runtime serves none of its kernels)."""
     layers = _open_layers(cache)
     results = []
     for store, layer in layers:
         results.append((store, layer, verify_layer(layer)))
-    ok = all(report.ok for _, _, report in results)
+    ok = all(report.ok and not layer.refused for _, layer, report in results)  # a refused wheel serves nothing
     if fmt is Fmt.json:
         store, layer, report = results[0]
         print(json.dumps({**report.to_dict(), "root_source": layer.source,
@@ -227,6 +228,9 @@ def verify_cmd(cache: Optional[Path] = CacheOpt, fmt: Fmt = FormatOpt) -> None:
                           markup=False, soft_wrap=True)
         else:
             console.print(f"OK: {report.entries} entries verified ({report.files} files)", markup=False)
+        if layer.refused:
+            console.print(f"FAILED: {layer.label} is refused by the runtime, none of its kernels is served: "
+                          f"{layer.refused}", markup=False, soft_wrap=True)
         for signer, count in sorted(report.signed.items()):
             console.print(f"signatures: {count} arrived entries signed by key {signer} (checked)", markup=False)
         if report.unsigned:
@@ -433,9 +437,31 @@ def limit_cmd(
 TrustedKeysOpt = typer.Option(None, "--trusted-keys", help="File of trusted public keys (default: "
                                                             "$KERNELFORGE_TRUSTED_KEYS, else "
                                                             "~/.config/kernelforge/trusted-keys).")
+RebuildSampleOpt = typer.Option(None, "--rebuild-sample", metavar="N|FRACTION",
+                                help="Rebuild this many of the incoming kernels (or this fraction) with the "
+                                     "local toolchain and compare bytes; a mismatch refuses the source (needs "
+                                     "the build extra).")
 AllowUnsignedOpt = typer.Option(False, "--allow-unsigned", help="Accept entries no trusted key signed from this "
                                                                "command's sources (their origin is recorded as "
                                                                "unsigned).")
+
+
+def _auditor(sample: Optional[str]):
+    """The --rebuild-sample check (None without the option); exit 2 with one line if unusable."""
+    if sample is None:
+        return None
+    try:
+        from kernelforge.build.audit import parse_sample, rebuild_auditor
+        from kernelforge.config import resolve_spec_paths
+
+        return rebuild_auditor(parse_sample(sample), resolve_spec_paths(None),
+                               say=lambda line: _err().print(f"note: {line}", markup=False))
+    except ImportError as exc:
+        _err().print(f"error: --rebuild-sample needs the build extra (pip install 'kernelforge[build]'): {exc}",
+                     markup=False, soft_wrap=True)
+    except (ValueError, CacheError) as exc:
+        _err().print(f"error: {exc}", markup=False, soft_wrap=True)
+    raise typer.Exit(2)
 
 
 def _authority(trusted_keys: Optional[Path], allow_unsigned: bool):
@@ -455,6 +481,7 @@ def merge_cmd(
     cache: Optional[Path] = CacheOpt,
     trusted_keys: Optional[Path] = TrustedKeysOpt,
     allow_unsigned: bool = AllowUnsignedOpt,
+    rebuild_sample: Optional[str] = RebuildSampleOpt,
     fmt: Fmt = FormatOpt,
 ) -> None:
     """Merge source caches into the cache: verified copies of entries a trusted key signed,
@@ -463,13 +490,14 @@ def merge_cmd(
     from kernelforge.cache.merge import merge
 
     authority = _authority(trusted_keys, allow_unsigned)
+    audit = _auditor(rebuild_sample)
     store, source = _open(cache, must_exist=False)
     missing = [s for s in sources if not s.is_dir()]
     if missing:
         _err().print(f"error: source cache {missing[0]} is not a directory", markup=False, soft_wrap=True)
         raise typer.Exit(2)
     try:
-        report = merge(sources, store, authority)
+        report = merge(sources, store, authority, audit)
     except CacheError as exc:
         _err().print(f"error: {exc}", markup=False, soft_wrap=True)
         raise typer.Exit(2) from None
@@ -512,15 +540,16 @@ def push_cmd(url: str = typer.Argument(..., help="fsspec URL: file://, s3://, gs
 def pull_cmd(url: str = typer.Argument(..., help="fsspec URL: file://, s3://, gs://, http(s)://."),
              cache: Optional[Path] = CacheOpt, only: Optional[list[str]] = OnlyOpt,
              trusted_keys: Optional[Path] = TrustedKeysOpt, allow_unsigned: bool = AllowUnsignedOpt,
-             fmt: Fmt = FormatOpt) -> None:
+             rebuild_sample: Optional[str] = RebuildSampleOpt, fmt: Fmt = FormatOpt) -> None:
     """Download the entries this cache lacks that a trusted key signed; every file is re-hashed
     before it is published; a key held with other bytes is a conflict (quarantined, exit 1)."""
     from kernelforge.cache.remote import pull
     from kernelforge.cli import transfer
 
-    authority = _authority(trusted_keys, allow_unsigned)
+    authority, audit = _authority(trusted_keys, allow_unsigned), _auditor(rebuild_sample)
     store, _ = _open(cache, must_exist=False)
-    transfer.show(transfer.run(pull, store, url, only=only, authority=authority), _out(), as_json=fmt is Fmt.json)
+    transfer.show(transfer.run(pull, store, url, only=only, authority=authority, audit=audit), _out(),
+                  as_json=fmt is Fmt.json)
 
 
 @app.command("export")
@@ -539,15 +568,15 @@ def import_cmd(file: Path = typer.Argument(..., help="A bundle written by `cache
                cache: Optional[Path] = CacheOpt,
                verify_after: bool = typer.Option(False, "--verify", help="Then verify the whole cache."),
                trusted_keys: Optional[Path] = TrustedKeysOpt, allow_unsigned: bool = AllowUnsignedOpt,
-               fmt: Fmt = FormatOpt) -> None:
+               rebuild_sample: Optional[str] = RebuildSampleOpt, fmt: Fmt = FormatOpt) -> None:
     """Import a bundle's entries this cache lacks that a trusted key signed: safe members only,
     every file re-hashed; a key held with other bytes is a conflict (quarantined, exit 1)."""
     from kernelforge.cache.bundle import import_bundle
     from kernelforge.cli import transfer
 
-    authority = _authority(trusted_keys, allow_unsigned)
+    authority, audit = _authority(trusted_keys, allow_unsigned), _auditor(rebuild_sample)
     store, _ = _open(cache, must_exist=False)
-    report = transfer.run(import_bundle, store, file, authority=authority)
+    report = transfer.run(import_bundle, store, file, authority=authority, audit=audit)
     checked = verify(store) if verify_after else None
     if checked is not None:
         report.notes.extend(f"verify: {p}" for p in checked.problems)

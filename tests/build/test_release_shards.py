@@ -263,3 +263,28 @@ def test_merge_refuses_a_kernel_without_its_runtime(tmp_path):
     report = merge([source.root], CacheStore(tmp_path / "dest"))
     assert not report.merged and [r.key for r in report.refused] == ["ab" * 32]
     assert "runtime library" in report.refused[0].reason
+
+
+@pytest.mark.slow
+@needs_toolchain
+def test_rebuild_sample_refuses_a_signed_shard_that_did_not_build_its_keys(release, tmp_path):
+    """A builder holding the release key (compromised, or broken) signs a module that is not what
+    its key builds: signatures cannot tell, rebuilding a sample does."""
+    key = tmp_path / "release-key"
+    assert _cli("key", "generate", str(key)).exit_code == 0
+    genuine, forged = tmp_path / "genuine", tmp_path / "forged"
+    shutil.copytree(release.shards[0], genuine)
+    shutil.copytree(release.shards[0], forged)
+    kernel_key, name, _ = _a_kernel(forged)
+    _alter_consistently(forged, kernel_key)
+    for root in (genuine, forged):
+        assert _cli("cache", "sign", "--key", str(key), "--cache", str(root)).exit_code == 0
+    trust = ("--trusted-keys", f"{key}.pub")
+    ok = _cli("cache", "merge", str(genuine), "--cache", str(tmp_path / "d1"), *trust, "--rebuild-sample", "1.0")
+    assert ok.exit_code == 0, ok.output
+    bad = _cli("cache", "merge", str(forged), "--cache", str(tmp_path / "d2"), *trust, "--rebuild-sample", "1.0")
+    assert bad.exit_code == 1 and f"{name} [{kernel_key[:12]}] rebuilds to sha256" in bad.output, bad.output
+    assert not CacheStore(tmp_path / "d2").index(fresh=True)  # nothing of the source was merged
+    for bad_value in ("1.5", "0", "-1", "nan", "1e3", "\uff11", "99999999999999999999"):
+        usage = _cli("cache", "merge", str(genuine), "--cache", str(tmp_path / "d3"), "--rebuild-sample", bad_value)
+        assert usage.exit_code == 2 and "expected a number of entries" in usage.output, (bad_value, usage.output)
