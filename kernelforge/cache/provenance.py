@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import dataclasses
 import os
-from fnmatch import fnmatchcase
 from pathlib import Path
 from typing import Any, Iterable, Mapping, NamedTuple
 
@@ -29,20 +28,10 @@ from kernelforge.cache.signing import (
     TrustedKeys,
     read_manifests,
     trusted_keys,
+    unsigned_allowed,
     verify_manifest,
     write_manifest,
 )
-
-ALLOW_UNSIGNED_ENV = "KERNELFORGE_ALLOW_UNSIGNED"  # fnmatch patterns of sources, separated by ","
-
-
-def unsigned_allowed(source: str, flag: bool = False) -> bool:
-    """Whether unsigned entries from `source` (a path, URL or distribution name) are accepted:
-    `--allow-unsigned` for this command, or a pattern of $KERNELFORGE_ALLOW_UNSIGNED."""
-    if flag:
-        return True
-    patterns = [p.strip() for p in os.environ.get(ALLOW_UNSIGNED_ENV, "").split(",") if p.strip()]
-    return any(fnmatchcase(source, p) for p in patterns)
 
 
 class Authority(NamedTuple):

@@ -25,6 +25,7 @@ import binascii
 import hashlib
 import json
 import os
+from fnmatch import fnmatchcase
 from pathlib import Path
 from typing import Any, Iterable, Mapping, NamedTuple
 
@@ -34,6 +35,7 @@ KEY_TYPE = "kernelforge-ed25519"
 MANIFEST_FORMAT = "kernelforge-signed-manifest"
 SIGNATURES_DIR = "signatures"  # under v1/ of a cache root, a bundle and a remote store
 TRUSTED_KEYS_ENV = "KERNELFORGE_TRUSTED_KEYS"
+ALLOW_UNSIGNED_ENV = "KERNELFORGE_ALLOW_UNSIGNED"  # fnmatch patterns of sources, separated by ","
 _MAX_MANIFEST_BYTES = 64 * 2**20  # a manifest lists digests: far below this for any real cache
 
 
@@ -122,6 +124,15 @@ def _read_small(path: Path, what: str, limit: int = 1 << 20) -> bytes:
     if len(data) > limit:
         raise SigningError(f"{what} {path}: larger than {limit} bytes")
     return data
+
+
+def unsigned_allowed(source: str, flag: bool = False) -> bool:
+    """Whether unsigned entries from `source` (a path, URL or distribution name) are accepted:
+    `--allow-unsigned` for this command, or a pattern of $KERNELFORGE_ALLOW_UNSIGNED."""
+    if flag:
+        return True
+    patterns = [p.strip() for p in os.environ.get(ALLOW_UNSIGNED_ENV, "").split(",") if p.strip()]
+    return any(fnmatchcase(source, p) for p in patterns)
 
 
 def default_trusted_keys_path() -> Path:
@@ -219,11 +230,11 @@ def sign_manifest(key: SigningKey, entries: Mapping[str, Mapping[str, Any]]) -> 
     return (json.dumps(doc, sort_keys=True, indent=0) + "\n").encode("utf-8")
 
 
-def sign_bytes(key: SigningKey, data: bytes, what: str) -> bytes:
-    """A detached signature document over `data` (e.g. a kernel wheel's SHA256SUMS)."""
-    body = json.dumps({"format": "kernelforge-detached-signature", "schema": 1, "signer": key.public.key_id,
-                       "public_key": base64.b64encode(key.public.raw).decode("ascii"), "what": what,
-                       "sha256": hashlib.sha256(data).hexdigest()}, sort_keys=True, separators=(",", ":"))
+def sign_statement(key: SigningKey, statement: Mapping[str, Any]) -> bytes:
+    """A signed statement document (e.g. what a kernel wheel holds: see kernelforge.cache.wheel_signature)."""
+    body = json.dumps({"format": "kernelforge-signed-statement", "schema": 1, "signer": key.public.key_id,
+                       "public_key": base64.b64encode(key.public.raw).decode("ascii"),
+                       "statement": dict(statement)}, sort_keys=True, separators=(",", ":"))
     doc = {"body": body, "signature": base64.b64encode(key.sign(body.encode("utf-8"))).decode("ascii")}
     return (json.dumps(doc, sort_keys=True, indent=0) + "\n").encode("utf-8")
 
@@ -263,12 +274,13 @@ def verify_manifest(document: bytes, trusted: TrustedKeys | None, where: str) ->
     return SignedManifest(str(body["signer"]), entries, document)
 
 
-def verify_detached(document: bytes, data: bytes, trusted: TrustedKeys | None, where: str) -> str:
-    """The signer's key id of a detached signature over `data`; SigningError otherwise."""
+def verify_statement(document: bytes, trusted: TrustedKeys | None, where: str) -> tuple[str, dict[str, Any]]:
+    """(signer key id, statement) of a signed statement; SigningError otherwise."""
     body = _verified_body(document, trusted, where)
-    if body.get("sha256") != hashlib.sha256(data).hexdigest():
-        raise SigningError(f"{where}: signs other bytes than those present")
-    return str(body["signer"])
+    statement = body.get("statement")
+    if body.get("format") != "kernelforge-signed-statement" or not isinstance(statement, dict):
+        raise SigningError(f"{where}: not a kernelforge signed statement")
+    return str(body["signer"]), statement
 
 
 def read_manifests(directory: Path) -> list[tuple[str, bytes]]:
