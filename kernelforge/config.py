@@ -14,6 +14,23 @@ def checkout_root() -> Path | None:
     return root if (root / "pyproject.toml").is_file() else None
 
 
+def can_build() -> bool:
+    """Whether this environment can compile kernels: CuTe-DSL (the `cutlass` package of
+    nvidia-cutlass-dsl, the build extra) is installed. Found without importing it."""
+    import importlib.util
+
+    try:
+        return importlib.util.find_spec("cutlass") is not None
+    except (ImportError, ValueError):
+        return False
+
+
+def build_extra_install() -> str:
+    """The command that installs the build extra: the checkout's editable install in a source
+    checkout, else from the package index (a runtime-only node)."""
+    return "pip install -e '.[build]'" if checkout_root() is not None else "pip install 'kernelforge[build]'"
+
+
 def data_dir() -> Path:
     """The package's data: specs/ (the default spec files) and tuning/ (the committed tuning tables).
 

@@ -4,8 +4,6 @@
 #   -> validate on a GPU (optional here) -> dist/ holds everything to publish.
 # Usage: ci/release/release.sh [OUT_DIR=dist] ; env: SHARDS (default 2), ARCHES ("sm_90a sm_100a"),
 #        ONLY (a --only glob, default all), KF (the kernelforge command), VALIDATE=1 to run validate.
-# --shard / `cache merge` are used only if this kernelforge has them (`kernelforge build --help`);
-# otherwise one unsharded build writes the cache directly.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 OUT="${1:-dist}"
@@ -17,17 +15,12 @@ trap 'rm -rf "$WORK"' EXIT
 arch_args=(); for a in $ARCHES; do arch_args+=(--arch "$a"); done
 only_args=(); if [ -n "${ONLY:-}" ]; then only_args=(--only "$ONLY"); fi
 
-if $KF build --help | grep -q -- "--shard" && $KF cache --help | grep -q "merge"; then
-  shard_dirs=()
-  for ((i = 1; i <= SHARDS; i++)); do         # shards are 1-based; in CI one job per shard
-    $KF build --cache "$WORK/shard-$i" --shard "$i/$SHARDS" "${arch_args[@]}" "${only_args[@]}"
-    shard_dirs+=("$WORK/shard-$i")
-  done
-  $KF cache merge --cache "$WORK/cache" "${shard_dirs[@]}"
-else
-  echo "note: this kernelforge has no build --shard / cache merge; building unsharded" >&2
-  $KF build --cache "$WORK/cache" "${arch_args[@]}" "${only_args[@]}"
-fi
+shard_dirs=()
+for ((i = 1; i <= SHARDS; i++)); do           # shards are 1-based; in CI one job per shard
+  $KF build --cache "$WORK/shard-$i" --shard "$i/$SHARDS" "${arch_args[@]}" "${only_args[@]}"
+  shard_dirs+=("$WORK/shard-$i")
+done
+$KF cache merge --cache "$WORK/cache" "${shard_dirs[@]}"
 $KF cache verify --cache "$WORK/cache"
 for a in $ARCHES; do
   $KF package --cache "$WORK/cache" --arch "$a" --out "$OUT"

@@ -15,6 +15,7 @@ import sysconfig
 from pathlib import Path
 from typing import Any
 
+from ..config import build_extra_install
 from ..errors import BuildError
 
 LINK_RECIPE_VERSION = 4  # bump when link.py changes how modules or the runtime are linked
@@ -41,7 +42,7 @@ def _find_in_dist(prefix: str, filename: str) -> Path:
                     return Path(dist.locate_file(f))
     raise BuildError(
         f"{filename} not found in any installed '{prefix}*' distribution; "
-        "install the build extra: pip install -e '.[build]'"
+        f"install the build extra: {build_extra_install()}"
     )
 
 
@@ -87,7 +88,7 @@ def toolchain() -> dict[str, Any]:
     """Canonical description of the compiler stack and link recipe (JSON-able)."""
     dsl = _dist_versions("nvidia-cutlass-dsl")
     if "nvidia-cutlass-dsl" not in dsl:
-        raise BuildError("nvidia-cutlass-dsl is not installed; install the build extra: pip install -e '.[build]'")
+        raise BuildError(f"nvidia-cutlass-dsl is not installed; install the build extra: {build_extra_install()}")
     tvm = md.version("apache-tvm-ffi")
     return {
         "cutlass_dsl": dsl,  # every nvidia-cutlass-dsl* dist; the libs-cuXY name fixes the CUDA flavour

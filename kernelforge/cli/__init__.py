@@ -1,6 +1,7 @@
 """The `kernelforge` command: thin typer sub-apps over the library."""
 from __future__ import annotations
 
+import sys
 from typing import Optional
 
 import typer
@@ -9,6 +10,7 @@ from . import build as _build
 from . import cache as _cache
 from . import explain as _explain
 from . import package as _package
+from . import signing as _signing
 from . import specs as _specs
 from . import tune as _tune
 from . import validate as _validate
@@ -42,18 +44,34 @@ def version_text() -> str:
 
 
 def _local_gpu() -> str:
-    import importlib.util
+    """Device 0 as the CUDA driver sees it (libcuda through ctypes, honouring CUDA_VISIBLE_DEVICES).
 
-    if importlib.util.find_spec("torch") is None:
-        return "unknown (torch not installed)"
+    Not through torch: importing torch takes seconds, and `--version` must stay instant.
+    """
+    import ctypes
+
     try:
-        import torch
-
-        if not torch.cuda.is_available():
+        cuda = ctypes.CDLL("libcuda.so.1")
+    except OSError:
+        return "none (no CUDA driver)"
+    try:
+        count, dev, major, minor = ctypes.c_int(0), ctypes.c_int(0), ctypes.c_int(0), ctypes.c_int(0)
+        rc = cuda.cuInit(0)
+        if rc == 0:
+            rc = cuda.cuDeviceGetCount(ctypes.byref(count))
+        if rc == 100 or (rc == 0 and count.value == 0):  # CUDA_ERROR_NO_DEVICE
             return "none"
-        major, minor = torch.cuda.get_device_capability(0)
-        return f"{torch.cuda.get_device_name(0)}, capability {major}.{minor} (arch sm_{major}{minor}a)"
-    except Exception as exc:
+        if rc != 0:
+            return f"none (CUDA driver error {rc})"
+        name = ctypes.create_string_buffer(256)
+        # 75, 76: CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, _MINOR
+        if (cuda.cuDeviceGet(ctypes.byref(dev), 0) or cuda.cuDeviceGetName(name, len(name), dev)
+                or cuda.cuDeviceGetAttribute(ctypes.byref(major), 75, dev)
+                or cuda.cuDeviceGetAttribute(ctypes.byref(minor), 76, dev)):
+            return "unknown (CUDA driver query failed)"
+        gpu = name.value.decode(errors="replace")
+        return f"{gpu}, capability {major.value}.{minor.value} (arch sm_{major.value}{minor.value}a)"
+    except Exception as exc:  # a driver without these entry points
         return f"unknown ({exc})"
 
 
@@ -78,7 +96,54 @@ app.command("tune")(_tune.tune)
 app.command("package")(_package.package)
 app.add_typer(_specs.app, name="specs")
 app.add_typer(_cache.app, name="cache")
+app.add_typer(_signing.app, name="key")
+_cache.app.command("sign")(_signing.sign)
+
+
+def _stdout_to_devnull() -> None:
+    """Point fd 1 at /dev/null, so that the interpreter's last flush of stdout cannot fail again."""
+    import os
+
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.__stdout__.fileno())
+        os.close(devnull)
+    except (OSError, AttributeError, ValueError):
+        pass
+
+
+def _from_broken_pipe(exc: BaseException) -> bool:
+    """Whether `exc` was raised while handling an EPIPE (a write to a pipe whose reader is gone)."""
+    import errno
+
+    seen = 0
+    cause = exc.__context__
+    while cause is not None and seen < 8:
+        if isinstance(cause, OSError) and cause.errno == errno.EPIPE:
+            return True
+        cause, seen = cause.__context__, seen + 1
+    return False
 
 
 def main() -> None:
-    app()
+    """The console script. A reader that closes the pipe early (`kernelforge cache ls | head -1`)
+    ends the command quietly with exit 0, so that `set -o pipefail` scripts do not fail on it
+    (https://docs.python.org/3/library/signal.html#note-on-sigpipe)."""
+    closed = False  # the reader went away mid-command: its output was cut, which is what it asked for
+    try:
+        app()  # standalone mode: ends in SystemExit
+        code = 0
+    except SystemExit as exc:
+        code = exc.code
+        # click (typer's core) and rich each turn EPIPE on a write into exit 1, raised while handling it
+        closed = code not in (0, None) and _from_broken_pipe(exc)
+    except BrokenPipeError:
+        code, closed = 0, True
+    try:
+        sys.stdout.flush()  # what is still buffered, while a BrokenPipeError can be caught
+    except BrokenPipeError:
+        _stdout_to_devnull()  # the command's own exit status stands
+    if closed:
+        _stdout_to_devnull()
+        code = 0
+    raise SystemExit(code)

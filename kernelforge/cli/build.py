@@ -34,6 +34,11 @@ class BuildFormat(str, Enum):
     json = "json"
 
 
+class RemoteMode(str, Enum):
+    read_write = "read-write"
+    pull = "pull"
+
+
 @dataclass
 class _Tally:
     """How far the build got, for the one line an interrupt prints."""
@@ -77,6 +82,10 @@ def build(
     sample: int = typer.Option(4, "--sample", min=1, help="Variants --check-reproducible rebuilds (seeded sample)."),
     remote: Optional[str] = typer.Option(None, "--remote", help="fsspec URL: pull the selection's missing "
                                          "entries first, push what the remote lacks afterwards."),
+    remote_mode: Optional[RemoteMode] = typer.Option(None, "--remote-mode", help="read-write: pull, build, push; "
+                                                     "pull: pull and build, never write the remote (a builder that "
+                                                     "may read a shared store but not write it). Default: "
+                                                     "read-write, pull for a read-only http(s):// remote."),
 ) -> None:
     """Compile every enumerated variant ahead of time (no GPU needed) into the versioned cache.
 
@@ -89,7 +98,8 @@ def build(
     try:
         with sigterm_raises():
             _build(BuildOptions(spec, arch, jobs, cache, only, verbose, verify, shard, check_reproducible, sample,
-                                remote, quiet, dry_run, fmt.value, progress_interval, max_size), tally)
+                                remote, quiet, dry_run, fmt.value, progress_interval, max_size,
+                                remote_mode.value if remote_mode is not None else None), tally)
     except (KeyboardInterrupt, Terminated) as exc:
         what, code = ("terminated", 143) if isinstance(exc, Terminated) else ("interrupted", 130)
         Console(stderr=True).print(tally.line(what), highlight=False, markup=False)
@@ -116,6 +126,7 @@ class BuildOptions:
     format: str = "text"
     progress_interval: Optional[float] = None
     max_size: Optional[str] = None
+    remote_mode: Optional[str] = None  # None: read-write, pull for a read-only remote
 
 
 def _interval(o: BuildOptions) -> float:
@@ -156,6 +167,13 @@ def _build(o: BuildOptions, tally: _Tally) -> None:
     except (KernelforgeError, ValueError) as exc:
         fail(str(exc))
     variants = select_or_exit(paths, o.only, o.arch)
+    if o.remote_mode is not None and not o.remote:
+        fail("--remote-mode needs --remote URL")
+    push_remote = False
+    if o.remote and not o.check_reproducible and not o.dry_run:
+        from .transfer import build_remote_pushes
+
+        push_remote = build_remote_pushes(o.remote, o.remote_mode, err)  # exit 2 before building anything
     say(f"cache: {root} ({source}); {len(variants)} variant(s) from {len(paths)} spec file(s)")
     store = CacheStore(root)
     try:
@@ -253,7 +271,7 @@ def _build(o: BuildOptions, tally: _Tally) -> None:
     if as_json:
         print(json.dumps({**report.to_dict(), "tuning_tables": tables,
                           "gc": gc_report.to_dict() if gc_report is not None else None}, indent=1))
-    if o.remote:
+    if push_remote:
         from .transfer import build_push
 
         build_push(store, o.remote, remote_keys, out)

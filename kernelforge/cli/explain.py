@@ -86,11 +86,15 @@ def _explain_variants(pattern: str, spec: Optional[List[str]], arch: Optional[Li
     for v in variants:
         canonical, src = v.canonical(), source_hash(v.op)
         key = variant_key(canonical, src, tc)
-        row: dict[str, Any] = {"name": v.name, "key": key, "cached": False, "layer": None, "reason": "", "diff": []}
+        row: dict[str, Any] = {"name": v.name, "key": key, "cached": False, "layer": None, "reason": "", "diff": [],
+                               "refused": []}
         for index, layer in indexes:
             if key in index:
+                if layer.refused:  # listed, never served
+                    row["refused"].append(f"held by {layer.label} ({layer.root}), REFUSED: {layer.refused}")
+                    continue
                 e = index[key]
-                row.update(cached=True, layer=layer.label + (" (REFUSED by the runtime)" if layer.refused else ""),
+                row.update(cached=True, layer=layer.label,
                            reason=f"cached, built {e.created} in {e.build_time_s:.2f}s; {origin_text(e.extra)}")
                 break
         else:
@@ -115,7 +119,27 @@ def _explain_variants(pattern: str, spec: Optional[List[str]], arch: Optional[Li
                       markup=False)
             for line in row["diff"]:
                 out.print(f"  changed: {line}", markup=False)
+            for line in row["refused"]:
+                out.print(f"  {line}", markup=False)
     return 0 if all(r["cached"] for r in results) else 1
+
+
+def _no_kernel_of(op: str, layers: list, table: Any) -> str:
+    """Why no layer serves any `op` kernel: the layers read, every refused kernel wheel with why
+    (its kernels are never served), and what gets kernels here: a build needs the build extra."""
+    from kernelforge import __version__
+    from kernelforge.config import build_extra_install, can_build
+
+    read = ", ".join(str(r.root) for r in table.readers) or "none"
+    text = f"no layer holds any {op} kernel (layers read: {read})"
+    refused = [layer for layer in layers if layer.refused]
+    if refused:
+        text += "; " + "; ".join(f"REFUSED {layer.label} ({layer.root}): {layer.refused}" for layer in refused)
+    if can_build():
+        return text + f"; build it: kernelforge build --only '{op}.*'"
+    return (text + f"; this environment cannot compile kernels (nvidia-cutlass-dsl is not installed): install the "
+            f"kernel wheel(s) built for kernelforge {__version__}, or `{build_extra_install()}` and "
+            f"`kernelforge build --only '{op}.*'`")
 
 
 def _explain_call(op: str, args: List[str], layers: list, fmt: Fmt) -> int:
@@ -152,8 +176,7 @@ def _explain_call(op: str, args: List[str], layers: list, fmt: Fmt) -> int:
     table = DispatchTable(layers=layers)
     axes = dispatch_axes(table, op)
     if not axes:
-        fail(f"no layer holds any {op} kernel ({', '.join(str(r.root) for r in table.readers)}); build it first",
-             1)
+        fail(_no_kernel_of(op, layers, table), 1)
     unknown = sorted(set(kv) - set(axes))
     missing = sorted(set(axes) - set(kv))
     if unknown or missing:

@@ -41,6 +41,31 @@ def show(report: TransferReport, console: Console, *, as_json: bool = False) -> 
         raise typer.Exit(1)
 
 
+def build_remote_pushes(url: str, mode: str | None, err: Console) -> bool:
+    """`build --remote`, before anything else: whether the build pushes afterwards. `--remote-mode pull`
+    never writes the remote; a read-only remote (http/https) is pull-only by default, with a note, and
+    `--remote-mode read-write` on one is a user error (exit 2). A bad URL or missing backend exits 2."""
+    from kernelforge.cache.remote import Remote
+
+    if mode == "pull":
+        return False
+    try:
+        remote = Remote(url)
+    except CacheError as exc:
+        err.print(f"error: {exc}", markup=False, soft_wrap=True)
+        raise typer.Exit(2) from None
+    if not remote.read_only:
+        return True
+    if mode == "read-write":
+        err.print(f"error: remote {url} is read-only (http/https can only be pulled from): --remote-mode "
+                  "read-write cannot push to it; use --remote-mode pull, or a file://, s3:// or gs:// URL",
+                  markup=False, soft_wrap=True)
+        raise typer.Exit(2)
+    err.print(f"note: remote {url} is read-only (http/https): pull only, nothing is pushed (--remote-mode pull)",
+              markup=False, soft_wrap=True)
+    return False
+
+
 def build_pull(store: CacheStore, url: str, variants: Sequence[Any], console: Console) -> set[str]:
     """`build --remote`, before compiling: pull the selection's missing keys; returns the keys.
     Refused entries are reported and then built locally."""

@@ -427,6 +427,8 @@ def build_hint(root: Path, op: str, coords: dict[str, Any], capability: tuple[in
     """The `kernelforge build` command that produces a kernel for this call, checked against the
     default specs (it selects at least one variant), or why there is none: no spec declares an arch
     that runs on this device, or these coordinates."""
+    from ..config import build_extra_install, can_build
+
     try:
         from ..config import resolve_spec_paths
         from ..spec import load_specs, select
@@ -447,7 +449,14 @@ def build_hint(root: Path, op: str, coords: dict[str, Any], capability: tuple[in
         prefix = os.path.commonprefix(names)
         pattern = names[0] if len(names) == 1 else prefix[:prefix.rfind(".") + 1] + "*"
         if select(variants, only=[pattern], archs=[arch]):
-            return f"Build it with:\n    kernelforge build --cache {root} --arch {arch} --only '{pattern}'"
+            command = f"kernelforge build --cache {root} --arch {arch} --only '{pattern}'"
+            if can_build():
+                return f"Build it with:\n    {command}"
+            from .. import __version__
+
+            return (f"This environment cannot compile kernels (nvidia-cutlass-dsl is not installed): install the "
+                    f"kernel wheel for {arch} built for kernelforge {__version__}, or install the build extra and "
+                    f"build it:\n    {build_extra_install()}\n    {command}")
     return (f"No spec declares {op} with {', '.join(f'{a}={v}' for a, v in sorted(coords.items()))} for "
             f"{' or '.join(runs)}: add it to a spec file, then `kernelforge build`.")
 

@@ -7,6 +7,7 @@ fused ("tile") variant's eligibility: M % 64, K % (4 blocks) and 16-byte alignme
 """
 from __future__ import annotations
 
+import shutil
 import sys
 from pathlib import Path
 
@@ -287,21 +288,52 @@ def test_staged_path_is_taken_at_the_shipped_threshold_and_refused_off_its_k_cla
     assert staged_calls == [2], "a misaligned linear scale buffer must take the direct kernel"
 
 
+def _copy_entries(src: Path, dest: Path, prefix: str) -> int:
+    """Publish into a new cache at `dest` copies of the kernels of the cache at `src` whose name
+    starts with `prefix`, with the runtime libraries they link (through the store, as a build
+    publishes: files re-hashed, index and dispatch views written). `src` may be any layer: a
+    user cache or an installed kernel wheel's (read-only) cache. Returns the kernels copied."""
+    from kernelforge.cache import CacheStore
+
+    source, target = CacheStore(src), CacheStore(dest)
+    kernels = [e for e in source.iter_entries() if e.kind == "kernel" and e.name.startswith(prefix)]
+    runtimes = {(e.extra or {}).get("runtime_key") for e in kernels}
+    wanted = [e for e in source.iter_entries() if e.kind == "runtime" and e.key in runtimes] + kernels
+
+    def copier(e):
+        def build(staging: Path) -> dict:
+            for rel in e.files:
+                (staging / rel).parent.mkdir(parents=True, exist_ok=True)
+                shutil.copyfile(source.entry_dir(e) / rel, staging / rel)
+                shutil.copymode(source.entry_dir(e) / rel, staging / rel)
+            return dict(kind=e.kind, op=e.op, name=e.name, variant=e.variant, arch=e.arch,
+                        toolchain_id=e.toolchain_id, toolchain=e.toolchain, source_hash=e.source_hash,
+                        main_file=e.main_file, build_time_s=e.build_time_s, extra=e.extra)
+        return build
+
+    with target.publishing_batch():
+        for e in wanted:
+            target.get_or_build(e.key, copier(e))
+    return len(kernels)
+
+
 def test_staged_calls_fall_back_to_the_direct_kernel_without_the_pass(tmp_path, monkeypatch, staged_calls):
     """A cache holding the columnwise builds but not the scale_layout pass (a selective build,
-    made here with `cache export --only` + `cache import`) serves a call the rule stages with the
-    direct kernel: the reference's bytes, no pass launched."""
-    from typer.testing import CliRunner
-
-    from kernelforge.cli import app
+    made here by copying them out of the layer that serves them: the user cache, or an installed
+    kernel wheel on a node that has no other) serves a call the rule stages with the direct
+    kernel: the reference's bytes, no pass launched."""
+    from kernelforge.runtime.arch import arch_runs_on
 
     table = _common.dispatch_table()
-    root = table.readers[0].root
-    bundle, partial = tmp_path / "columnwise.tar.gz", tmp_path / "partial"
-    for args in (["cache", "export", "--cache", str(root), "--only", "quantize_columnwise.mxfp8.*", str(bundle)],
-                 ["cache", "import", "--cache", str(partial), str(bundle)]):
-        r = CliRunner().invoke(app, args)
-        assert r.exit_code == 0, r.output
+    capability = torch.cuda.get_device_capability()
+    prefix = "quantize_columnwise.mxfp8."
+    serving = [r.root for r in table.readers if r.root.is_dir() and any(
+        c.entry.get("name", "").startswith(prefix) and arch_runs_on(c.arch, capability)
+        for cands in r.groups().values() for c in cands)]
+    assert serving, f"no layer holds {prefix}* kernels for capability {capability}: " + ", ".join(
+        f"{r.label} ({r.root})" for r in table.readers)
+    partial = tmp_path / "partial"
+    assert _copy_entries(serving[0], partial, prefix) > 0
     monkeypatch.setattr(_common, "_table", table)  # restored after the test
     _common.set_cache_root(partial)
     assert not _common.dispatch_table().candidates("scale_layout", {}, torch.cuda.get_device_capability())
