@@ -5,8 +5,9 @@ layer. Otherwise the layers are the checkout's or user's cache (the one writable
 every installed kernel wheel (`kernelforge package`), found through the entry-point group
 `kernelforge.kernels`, read-only. Every layer is a cache root of the same layout and keys.
 
-A kernel wheel records the kernelforge version and the TVM-FFI ABI it was built for. A wheel
-that does not match the running ones is *refused*: it stays listed (with the reason) so that
+A kernel wheel records the kernelforge version and the TVM-FFI ABI it was built for (a plugin's
+kernel wheel also the plugin's distribution and version). A wheel that does not match the running
+ones (or the installed plugin) is *refused*: it stays listed (with the reason) so that
 `cache ls`/`stats` and a KernelNotBuilt error can say why its kernels are not served, the
 runtime warns once, and no file of it is ever loaded.
 
@@ -17,6 +18,7 @@ import importlib.metadata as md
 import importlib.util
 import json
 import os
+import re
 import warnings
 from pathlib import Path
 from typing import Any, NamedTuple
@@ -42,10 +44,11 @@ class Layer(NamedTuple):
     writable: bool
     refused: str | None = None
     manifest: dict[str, Any] | None = None
+    signer: str | None = None  # the key id that signed a kernel wheel (None: unsigned, or not a wheel)
 
     def to_dict(self) -> dict[str, Any]:
         return {"root": str(self.root), "source": self.source, "label": self.label,
-                "writable": self.writable, "refused": self.refused}
+                "writable": self.writable, "refused": self.refused, "signer": self.signer}
 
 
 def running_versions() -> dict[str, str]:
@@ -68,7 +71,29 @@ def compatibility_problem(manifest: dict[str, Any]) -> str | None:
         problems.append(f"built for kernelforge {manifest.get('kernelforge')!s}, running {running['kernelforge']}")
     if running["tvm_ffi_abi"] and manifest.get("tvm_ffi_abi") != running["tvm_ffi_abi"]:
         problems.append(f"built for TVM-FFI ABI {manifest.get('tvm_ffi_abi')!s}, running {running['tvm_ffi_abi']}")
+    families = manifest.get("families")  # a plugin's kernel wheel: {its distribution: version}
+    for dist, version in sorted(families.items() if isinstance(families, dict) else ()):
+        installed = _plugin_version(str(dist))
+        if installed != version:
+            problems.append(f"built for {dist} {version!s}, "
+                            + ("which is not installed" if installed is None else f"installed {installed}"))
     return "; ".join(problems) or None
+
+
+def _plugin_version(dist: str) -> str | None:
+    """The version of the installed distribution `dist`, else of op families registered from code
+    under that name (`kernelforge.families.register`); None if neither."""
+    try:
+        return md.version(dist)
+    except md.PackageNotFoundError:
+        pass
+    from kernelforge.families import _registered
+
+    def canonical(name: str) -> str:  # PEP 503
+        return re.sub(r"[-_.]+", "-", name).lower()
+
+    found = {f.version for f in _registered.values() if canonical(f.distribution) == canonical(dist)}
+    return found.pop() if len(found) == 1 else None
 
 
 def _wheel_layer(ep: md.EntryPoint) -> Layer | None:
@@ -93,12 +118,19 @@ def _wheel_layer(ep: md.EntryPoint) -> Layer | None:
         return Layer(root, "wheel", label, False, f"its {WHEEL_MANIFEST} is unusable ({exc})")
     problem = compatibility_problem(manifest)
     if problem:
-        problem += "; install the kernel wheel built with this kernelforge (`kernelforge package`)"
-    return Layer(root, "wheel", label, False, problem, manifest)
+        problem += "; install the kernel wheel built for this kernelforge"
+        return Layer(root, "wheel", label, False, problem, manifest)
+    from kernelforge.cache.wheel_signature import signature_status
+
+    distribution = dist.metadata["Name"] if dist is not None else str(manifest.get("distribution", ep.value))
+    problem, signer = signature_status(package, distribution)
+    return Layer(root, "wheel", label, False, problem, manifest, signer)
 
 
 def wheel_layers() -> list[Layer]:
-    """Installed kernel wheels, in a stable order (distribution name, then entry-point name)."""
+    """Installed kernel wheels, in a stable order (package, then entry-point name): every entry
+    point of the group, one layer per package (several kernel wheels, e.g. the built-in ops' and
+    a plugin's of one arch, are all layers)."""
     eps = entry_points(ENTRY_POINT_GROUP)
     layers = [_wheel_layer(ep) for ep in sorted(eps, key=lambda e: (e.value, e.name))]
     seen: set[Path] = set()

@@ -73,7 +73,10 @@ def _say_layers(console: Console, layers: list[tuple[CacheStore, Layer]]) -> Non
     for store, layer in layers:
         status = "read-write" if layer.writable else "read-only"
         refused = f"; REFUSED by the runtime: {layer.refused}" if layer.refused else ""
-        console.print(f"layer {layer.label}: {store.root} ({status}{refused})", markup=False, soft_wrap=True)
+        signed = ("" if layer.source != "wheel" or layer.refused else
+                  f"; signed by key {layer.signer}" if layer.signer else
+                  "; UNSIGNED, allowed by KERNELFORGE_ALLOW_UNSIGNED")
+        console.print(f"layer {layer.label}: {store.root} ({status}{signed}{refused})", markup=False, soft_wrap=True)
 
 
 def _say_root(console: Console, store: CacheStore, source: str) -> None:

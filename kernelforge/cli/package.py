@@ -1,4 +1,4 @@
-"""`kernelforge package`: one installable kernel wheel per arch from a built cache."""
+"""`kernelforge package`: installable kernel wheels from a built cache, per arch and per distribution."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -14,28 +14,55 @@ from ..errors import CacheError
 def package(
     arch: Optional[List[str]] = typer.Option(None, "--arch", help="Only these arches (default: every arch "
                                              "of the cache's kernels)."),
+    dist: Optional[List[str]] = typer.Option(None, "--dist", help="Only the kernels of these distributions: "
+                                             "'kernelforge' (the built-in ops), a plugin's "
+                                             "(e.g. kernelforge-silu-quant) or a kernel wheel's "
+                                             "(e.g. kernelforge-kernels-sm90a)."),
     cache: Optional[str] = typer.Option(None, "--cache", help="Cache root (else $KERNELFORGE_CACHE_DIR, the "
                                         "checkout's cache/, or ~/.cache/kernelforge)."),
     out: Path = typer.Option(Path("dist"), "--out", help="Directory the wheels are written into."),
+    sign_key: Optional[Path] = typer.Option(None, "--sign-key", help="Sign each wheel with this private key "
+                                            "(`kernelforge key generate`); nodes refuse unsigned kernel wheels "
+                                            "unless they opt in (KERNELFORGE_ALLOW_UNSIGNED)."),
 ) -> None:
-    """Write kernelforge_kernels_<arch>-<version>-py3-none-manylinux_2_34_<machine>.whl per arch:
-    its kernels, the runtime libraries they link, its tuning tables, an index and SHA256SUMS."""
-    from ..release.kernels import default_archs, package_arch
+    """Write one kernel wheel per arch and distribution: kernelforge_kernels_<arch>-<version>-cp310-abi3-
+    manylinux_2_34_<machine>.whl for the built-in ops, <plugin>_kernels_<arch>-<plugin version>-... for each
+    installed op-family plugin whose kernels the cache holds. Each holds its kernels, the runtime libraries
+    they link, its ops' tuning tables, an index and SHA256SUMS. $SOURCE_DATE_EPOCH sets the zip timestamps
+    and the entries' `created`. One line per wheel written."""
+    from ..release.kernels import package_wheel, plan_wheels
+
+    signer = None
+    if sign_key is not None:
+        from ..cache.signing import load_signing_key
+
+        try:
+            signer = load_signing_key(sign_key)
+        except CacheError as exc:
+            typer.echo(f"error: {exc}", err=True)
+            raise typer.Exit(2) from None
 
     root, source = resolve_cache_root(cache)
     if not (root / "v1").is_dir():
         typer.echo(f"error: cache root {root} (from {source}) holds no cache; run `kernelforge build` first", err=True)
         raise typer.Exit(2)
     store = CacheStore(root)
-    archs = list(arch or default_archs(store))
-    if not archs:
-        typer.echo(f"error: the cache {root} holds no kernel built from this kernelforge's sources", err=True)
+    try:
+        wheels = plan_wheels(store, arch or None, distributions=dist or None)
+    except (CacheError, ValueError) as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(1) from None
+    if not wheels:
+        which = f" of {', '.join(dist)}" if dist else ""
+        typer.echo(f"error: the cache {root} holds no kernel{which} built from the installed kernel sources",
+                   err=True)
         raise typer.Exit(2)
-    for name in archs:
+    for wheel in wheels:
         try:
-            wheel = package_arch(store, name, out)
+            written = package_wheel(store, wheel, out, signer=signer)
         except (CacheError, ValueError) as exc:
-            typer.echo(f"error: {name}: {exc}", err=True)
+            typer.echo(f"error: {wheel.distribution}: {exc}", err=True)
             raise typer.Exit(1) from None
-        typer.echo(f"{wheel.path}: {wheel.kernels} kernels, {wheel.runtimes} runtime libraries, "
-                   f"{wheel.tuning} tuning tables, {wheel.bytes / 2**20:.1f} MiB")
+        typer.echo(f"{written.path}: {written.kernels} kernels, {written.runtimes} runtime libraries, "
+                   f"{written.tuning} tuning tables, {written.bytes / 2**20:.1f} MiB, "
+                   + (f"signed by key {signer.public.key_id}" if signer else "UNSIGNED"))

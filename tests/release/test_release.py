@@ -11,6 +11,7 @@ import base64
 import hashlib
 import json
 import os
+import platform
 import shutil
 import subprocess
 import sys
@@ -20,7 +21,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.build._kf_build_helpers import ARCH, SELECTION, cutlass_problem
+from tests.build._kf_build_helpers import ARCH, cutlass_problem
+from tests.release._kernel_cache import built_cache
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -35,36 +37,35 @@ def _env(**extra: str) -> dict[str, str]:
 
 
 @pytest.fixture(scope="module")
-def built(tmp_path_factory) -> Path:
-    """A cache holding the two SELECTION variants (a real build), plus the committed tuning table."""
+def built() -> Path:
+    """A cache holding the two SELECTION variants (a real build), plus the committed tuning table
+    (built once per process, shared with the other release tests: not to be changed)."""
     problem = cutlass_problem()
     if problem:
         pytest.skip(problem)
-    root = tmp_path_factory.mktemp("rel") / "cache"
-    subprocess.run([sys.executable, "-m", "kernelforge", "build", "--cache", str(root), "--arch", ARCH,
-                    "--only", SELECTION, "-j", "2"], check=True, env=_env(PYTHONPATH=str(REPO)),
-                   capture_output=True)
-    return root
+    return built_cache()
 
 
 def _package(cache: Path, out: Path) -> Path:
     from kernelforge.cache import CacheStore
     from kernelforge.release.kernels import package_arch
 
-    return package_arch(CacheStore(cache), ARCH, out).path
+    (wheel,) = package_arch(CacheStore(cache), ARCH, out)  # the built-in ops only: one wheel
+    return wheel.path
 
 
 @pytest.mark.slow
-def test_kernel_wheel_is_deterministic_and_well_formed(built: Path, tmp_path: Path) -> None:
+def test_kernel_wheel_is_deterministic_and_well_formed(built: Path, tmp_path: Path, monkeypatch) -> None:
+    monkeypatch.delenv("SOURCE_DATE_EPOCH", raising=False)
     a, b = _package(built, tmp_path / "a"), _package(built, tmp_path / "b")
-    assert a.name == "kernelforge_kernels_sm90a-0.1.0-py3-none-manylinux_2_34_x86_64.whl"
+    assert a.name == f"kernelforge_kernels_sm90a-0.1.0-cp310-abi3-manylinux_2_34_{platform.machine()}.whl"
     assert a.read_bytes() == b.read_bytes()
     with zipfile.ZipFile(a) as zf:
         names = zf.namelist()
         assert names[-1].endswith(".dist-info/RECORD")
         meta = zf.read("kernelforge_kernels_sm90a-0.1.0.dist-info/METADATA").decode()
         assert "Requires-Dist: kernelforge==0.1.0" in meta
-        assert "[kernelforge.kernels]\nsm_90a = kernelforge_kernels_sm90a" in \
+        assert "[kernelforge.kernels]\nkernelforge_kernels_sm90a = kernelforge_kernels_sm90a" in \
             zf.read("kernelforge_kernels_sm90a-0.1.0.dist-info/entry_points.txt").decode()
         record = zf.read(names[-1]).decode().splitlines()
         for line in record[:-1]:

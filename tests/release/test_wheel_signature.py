@@ -1,0 +1,136 @@
+"""Installed kernel wheels are served only when a trusted key signed them (SIGNATURE.json), or the
+user allowed that distribution unsigned; a signed wheel whose files were swapped is refused.
+Real wheels of a small real build, unpacked the way pip lays them out."""
+from __future__ import annotations
+
+import hashlib
+import json
+import zipfile
+from pathlib import Path
+
+import pytest
+
+from kernelforge.cache.signing import generate_key, load_signing_key
+from tests.build._kf_build_helpers import ARCH
+from tests.release._kernel_cache import built_cache, skip_reason
+
+pytestmark = pytest.mark.slow
+DIST = "kernelforge-kernels-" + ARCH.replace("_", "")
+
+
+@pytest.fixture(scope="module")
+def built() -> Path:
+    problem = skip_reason()
+    if problem:
+        pytest.skip(problem)
+    return built_cache()
+
+
+@pytest.fixture
+def keys(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    generate_key(tmp_path / "release")
+    generate_key(tmp_path / "attacker")
+    monkeypatch.delenv("KERNELFORGE_ALLOW_UNSIGNED", raising=False)
+    monkeypatch.setenv("KERNELFORGE_TRUSTED_KEYS", str(tmp_path / "release.pub"))
+    return load_signing_key(tmp_path / "release"), load_signing_key(tmp_path / "attacker")
+
+
+def _installed(built: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, signer, name: str = "site") -> Path:
+    """Package the built cache (signed by `signer`, or unsigned), unpack it into a site dir on
+    sys.path; return the package dir."""
+    from kernelforge.cache import CacheStore
+    from kernelforge.release.kernels import package_arch
+
+    [wheel] = package_arch(CacheStore(built), ARCH, tmp_path / f"dist-{name}", signer=signer)
+    site = tmp_path / name
+    with zipfile.ZipFile(wheel.path) as zf:
+        zf.extractall(site)
+    monkeypatch.syspath_prepend(str(site))
+    return site / DIST.replace("-", "_")
+
+
+def _layer(package: Path):
+    from kernelforge.cache.layers import wheel_layers
+
+    [layer] = [x for x in wheel_layers() if x.root.parent == package]
+    return layer
+
+
+def test_a_signed_wheel_is_served_and_names_its_signer(built, tmp_path, monkeypatch, keys) -> None:
+    release, _ = keys
+    package = _installed(built, tmp_path, monkeypatch, release)
+    layer = _layer(package)
+    assert layer.refused is None and layer.signer == release.public.key_id
+    from kernelforge.cache.layers import verify_layer
+
+    assert verify_layer(layer).ok
+
+
+def test_an_unsigned_wheel_is_refused_unless_its_distribution_is_allowed(built, tmp_path, monkeypatch, keys) -> None:
+    package = _installed(built, tmp_path, monkeypatch, None)
+    layer = _layer(package)
+    assert layer.refused is not None and "unsigned" in layer.refused
+    monkeypatch.setenv("KERNELFORGE_ALLOW_UNSIGNED", "some-other-dist")
+    assert _layer(package).refused is not None
+    monkeypatch.setenv("KERNELFORGE_ALLOW_UNSIGNED", DIST)
+    layer = _layer(package)
+    assert layer.refused is None and layer.signer is None
+
+
+def test_a_wheel_signed_by_an_untrusted_key_is_refused(built, tmp_path, monkeypatch, keys) -> None:
+    _, attacker = keys
+    layer = _layer(_installed(built, tmp_path, monkeypatch, attacker))
+    assert layer.refused is not None and "not trusted" in layer.refused
+
+
+def _rewrite_manifest_consistently(package: Path) -> None:
+    """Point one group at other rows and recompute the manifest: what an attacker must do to make
+    the runtime load another module from a signed wheel."""
+    manifest_path = package / "cache" / "v1" / "dispatch" / "manifest.json"
+    manifest = json.loads(manifest_path.read_text())
+    group, name = next(iter(manifest["groups"].items()))
+    group_path = manifest_path.parent / "groups" / name
+    payload = json.loads(group_path.read_text())
+    payload["entries"][0]["sha256"] = hashlib.sha256(b"planted").hexdigest()
+    data = json.dumps(payload, separators=(",", ":"), sort_keys=True).encode()
+    new_name = hashlib.sha256(data).hexdigest()[:24] + ".json"
+    (group_path.parent / new_name).write_bytes(data)
+    manifest["groups"][group] = new_name
+    manifest_path.write_text(json.dumps(manifest, separators=(",", ":"), sort_keys=True))
+
+
+@pytest.mark.parametrize("tamper", ["manifest", "index", "sums", "signature"])
+def test_a_signed_wheel_with_swapped_files_is_refused(built, tmp_path, monkeypatch, keys, tamper: str) -> None:
+    release, attacker = keys
+    package = _installed(built, tmp_path, monkeypatch, release)
+    if tamper == "manifest":
+        _rewrite_manifest_consistently(package)
+    elif tamper == "index":
+        index = package / "cache" / "v1" / "index.json"
+        index.write_bytes(index.read_bytes() + b" ")
+    elif tamper == "sums":
+        sums = package / "SHA256SUMS"
+        sums.write_text(sums.read_text().replace("0", "1", 1))
+    else:  # the attacker re-signs the genuine statement with their own key
+        from kernelforge.cache.signing import sign_statement
+
+        doc = json.loads((package / "SIGNATURE.json").read_text())
+        statement = json.loads(doc["body"])["statement"]
+        (package / "SIGNATURE.json").write_bytes(sign_statement(attacker, statement))
+    layer = _layer(package)
+    assert layer.refused is not None and ("does not hold" in layer.refused), layer.refused
+
+
+def test_the_cli_shows_the_signer_and_refuses_in_one_line(built, tmp_path, monkeypatch, keys) -> None:
+    from typer.testing import CliRunner
+
+    from kernelforge.cli import app
+
+    release, _ = keys
+    package = _installed(built, tmp_path, monkeypatch, release)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "no-user-cache"))
+    r = CliRunner().invoke(app, ["cache", "verify"], env={"COLUMNS": "300"})
+    assert r.exit_code == 0 and f"signed by key {release.public.key_id}" in r.output, r.output
+    (package / "SIGNATURE.json").unlink()
+    r = CliRunner().invoke(app, ["cache", "verify"], env={"COLUMNS": "300"})
+    assert r.exit_code == 1 and "unsigned" in r.output and "Traceback" not in r.output, r.output
