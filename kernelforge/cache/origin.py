@@ -15,14 +15,16 @@ def origin_of(extra: dict[str, Any] | None) -> dict[str, Any] | None:
     return origin if isinstance(origin, dict) else None
 
 
-def origin_text(extra: dict[str, Any] | None) -> str:
-    """One phrase for ls/explain/verify: 'built here', or 'merge from X, signed by K'."""
+def origin_text(extra: dict[str, Any] | None, short: bool = False) -> str:
+    """One phrase for ls/explain/verify: 'built here', or 'merge from X, signed by K' ('merge,
+    signed by K' when `short`, for a table column)."""
     origin = origin_of(extra)
     if origin is None:
         return "built here"
     signer = origin.get("signer")
-    return f"{origin.get('via', '?')} from {origin.get('from', '?')}, " + (
-        f"signed by {signer}" if signer else "UNSIGNED (accepted with --allow-unsigned)")
+    where = "" if short else f" from {origin.get('from', '?')}"
+    return f"{origin.get('via', '?')}{where}, " + (
+        f"signed by {signer}" if signer else "UNSIGNED" if short else "UNSIGNED (accepted with --allow-unsigned)")
 
 
 def origin_rank(extra: dict[str, Any] | None) -> int:

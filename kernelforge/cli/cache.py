@@ -3,7 +3,6 @@ entries to and from remote stores and offline bundles."""
 from __future__ import annotations
 
 import json
-import os
 import sys
 from enum import Enum
 from pathlib import Path
@@ -37,8 +36,8 @@ FormatOpt = typer.Option(Fmt.table, "--format", help="Output format.")
 
 
 def _out() -> Console:
-    # Piped output (grep, CI logs) should keep whole rows rather than squeeze them into 80 columns.
-    width = None if sys.stdout.isatty() else int(os.environ.get("COLUMNS") or 200)
+    # Output that is not a terminal (grep, CI logs, files) is never wrapped or cut: every row whole.
+    width = None if sys.stdout.isatty() else 100_000
     return Console(highlight=False, width=width)
 
 
@@ -128,7 +127,7 @@ def ls_cmd(cache: Optional[Path] = CacheOpt, fmt: Fmt = FormatOpt) -> None:
         built = e.created.replace("T", " ")[:16]
         extra = (layer.label + (" (refused)" if layer.refused else ""),) if layered else ()
         table.add_row(e.name, e.arch, e.kind, human_bytes(e.size), e.sha256[:12], e.toolchain_id[:12], built,
-                      origin_text(e.extra), *extra)
+                      origin_text(e.extra, short=True), *extra)
     console.print(table)
     note = f" ({shadowed} more shadowed by an earlier layer)" if shadowed else ""
     console.print(f"{len(rows)} entries{note}", markup=False)

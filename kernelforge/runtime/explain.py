@@ -13,6 +13,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Sequence
 
+from ..cache.origin import origin_text
 from ..cache.views import coords_id
 from ..sources import OP_SOURCES, source_hash
 from ..spec.kclass import KClass
@@ -97,8 +98,8 @@ def explain_call(table: Any, op: str, coords: dict[str, Any], capability: tuple[
         chosen, out.how = table.pick_explained(op, coords, pool, m, device)
     for c in table._group(group):
         e = c.entry
-        v = Verdict(e.get("name", "?"), e.get("key", ""), c.layer.label if c.layer else "", c.arch, c.kclass.name,
-                    "rejected", "")
+        where = (c.layer.label if c.layer else "") + f", {origin_text(e.get('extra'), short=True)}"
+        v = Verdict(e.get("name", "?"), e.get("key", ""), where, c.arch, c.kclass.name, "rejected", "")
         if c not in cands:
             v.why = f"arch: {c.arch} does not run on capability {capability[0]}.{capability[1]}"
         elif c not in accepting:

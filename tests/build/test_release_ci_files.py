@@ -16,7 +16,7 @@ def test_release_script_always_shards():
     assert "set -euo pipefail" in script
     assert "--help" not in script and "grep" not in script, "the script probes its own tool's features"
     assert "unsharded" not in script
-    assert re.search(r'\$KF build --cache "\$WORK/shard-\$i" --shard "\$i/\$SHARDS"', script)
+    assert re.search(r'\$KF build (-q )?--cache "\$WORK/shard-\$i" --shard "\$i/\$SHARDS"', script)
     assert '$KF cache merge --cache "$WORK/cache"' in script
 
 
