@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# One device-tool call, exactly as users run a GPU node: pip-install the release's wheels
+# (.carry/dist: kernelforge, the kernel wheels, the op-family plugin) and the dependency wheels the
+# image lacks (.carry/deps) into a bare target, no checkout on the path, trust only the release key
+# (.carry/keys/release.pub), then `cache verify`, `validate`, the example family's GPU tests from its
+# own kernel wheel, and the cost of the wheel signature check. Logs go to $OUT.
+#   here: see the README, "Shipping kernels" (build, sign, package), then copy the wheels into .carry/
+set -uo pipefail
+REPO="$(cd "$(dirname "$0")/.." && pwd)"
+OUT="${OUT:-/tmp/kf-out}"; mkdir -p "$OUT"
+SITE=/tmp/kf-site
+rm -rf "$SITE"
+python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target "$SITE" \
+  "$REPO"/.carry/deps/*.whl "$REPO"/.carry/dist/*.whl || exit 3
+cd /tmp                      # the installed packages, never the checkout
+export PYTHONPATH="$SITE" PYTHONUNBUFFERED=1 KERNELFORGE_TRUSTED_KEYS="$REPO/.carry/keys/release.pub"
+unset KERNELFORGE_CACHE_DIR KERNELFORGE_ALLOW_UNSIGNED
+nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
+python3 -m kernelforge --version
+python3 -m kernelforge cache verify 2>&1 | tee "$OUT/verify.log" | grep -v "^PROBLEM" | tail -8
+python3 -m kernelforge validate 2>&1 | tee "$OUT/validate.log" | tail -12
+rc=${PIPESTATUS[0]}
+( cd "$REPO/examples/kernelforge-silu-quant" && python3 -m pytest -q -p no:cacheprovider -m gpu tests 2>&1 \
+    | tee "$OUT/example_gpu.log" | tail -4 ; exit "${PIPESTATUS[0]}" )
+rc_example=$?
+if [ "${KF_SIG_BENCH:-1}" = 1 ]; then
+  python3 "$REPO/benchmarks/diag_wheel_signature.py" --site "$SITE" --runs "${KF_SIG_RUNS:-10}" 2>&1 \
+    | tee "$OUT/wheel_signature.log"
+fi
+echo "validate rc=$rc example rc=$rc_example"
+[ "$rc" = 0 ] && [ "$rc_example" = 0 ]
