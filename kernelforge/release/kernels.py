@@ -253,8 +253,13 @@ def plan_wheels(store: CacheStore, archs: Iterable[str] | None = None, *,
 
 def normalised(entry: Entry, created: str) -> Entry:
     """`entry` as a wheel records it: `build_time_s` 0.0 and `created` fixed (see the module
-    docstring); every other field, `extra` (its `origin`, ...) included, as the cache has it."""
-    return dataclasses.replace(entry, build_time_s=0.0, created=created)
+    docstring), and an arrival's `origin` without the builder-local path it came from (a
+    temporary shard directory differs on every build); every other field as the cache has it."""
+    from kernelforge.cache.origin import ORIGIN, origin_of
+
+    origin = origin_of(entry.extra)
+    extra = entry.extra if origin is None else {**entry.extra, ORIGIN: {k: v for k, v in origin.items() if k != "from"}}
+    return dataclasses.replace(entry, build_time_s=0.0, created=created, extra=extra)
 
 
 def _meta_bytes(entry: Entry) -> bytes:

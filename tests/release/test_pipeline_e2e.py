@@ -42,6 +42,7 @@ class Node:
     dist: Path
     key: Path
     release_out: str
+    release_env: dict[str, str]
 
     def kf(self, *args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
         return subprocess.run([str(self.python), "-m", "kernelforge", *args], capture_output=True, text=True,
@@ -87,7 +88,7 @@ def node(tmp_path_factory) -> Node:
     node_env = clean_env(HOME=str(home), XDG_CACHE_HOME=str(home / ".cache"), XDG_CONFIG_HOME=str(home / ".config"),
                          KERNELFORGE_TRUSTED_KEYS=f"{key}.pub")
     node_env.pop("KERNELFORGE_ALLOW_UNSIGNED", None)
-    return Node(python, home, node_env, dist, key, release.stdout + release.stderr)
+    return Node(python, home, node_env, dist, key, release.stdout + release.stderr, env)
 
 
 def test_release_shards_signs_and_writes_three_wheels(node: Node) -> None:
@@ -99,6 +100,17 @@ def test_release_shards_signs_and_writes_three_wheels(node: Node) -> None:
     assert all(n.endswith("cp310-abi3-manylinux_2_34_x86_64.whl") for n in names if "_kernels_" in n)
     sums = (node.dist / "SHA256SUMS").read_text()
     assert all(n in sums for n in names if n.startswith("kernelforge_kernels") or n.startswith("kernelforge-"))
+
+
+def test_a_second_clean_release_gives_byte_identical_kernel_wheels(node: Node, tmp_path: Path) -> None:
+    """Another run of the script builds every shard again from nothing into other temporary roots."""
+    again = subprocess.run(["bash", str(REPO / "ci" / "release" / "release.sh"), str(tmp_path / "dist")], cwd=REPO,
+                           env=node.release_env, capture_output=True, text=True, timeout=1200)
+    assert again.returncode == 0, again.stdout + again.stderr
+    first = {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in node.dist.glob("*_kernels_*.whl")}
+    second = {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in (tmp_path / "dist").glob("*_kernels_*.whl")}
+    assert len(first) == 2 and first == second
+    print("kernel wheel sha256:", json.dumps(first, indent=1))
 
 
 def test_installed_node_verifies_lists_and_explains(node: Node) -> None:
