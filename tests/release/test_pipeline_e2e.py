@@ -17,7 +17,6 @@ import json
 import os
 import shutil
 import subprocess
-import sys
 import venv
 from dataclasses import dataclass
 from pathlib import Path
