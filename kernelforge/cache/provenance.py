@@ -138,6 +138,23 @@ def unproven_arrivals(store: Any, entries: Mapping[str, Entry]) -> tuple[dict[st
     return unproven, bad
 
 
+def revoked_arrivals(entries: Mapping[str, Entry]) -> dict[str, str]:
+    """Arrivals signed by a key the configured trusted keys no longer hold ({key: why}); none when
+    no trusted keys are configured (nothing to compare with) or they are unusable."""
+    try:
+        trusted = trusted_keys()
+    except SigningError:
+        return {}
+    if not trusted.keys:
+        return {}
+    out = {}
+    for key, entry in entries.items():
+        signer = (origin_of(entry.extra) or {}).get("signer")
+        if signer and signer not in trusted.keys:
+            out[key] = f"signed by key {signer}, which is no longer trusted (trusted keys: {trusted.source})"
+    return out
+
+
 def sign_cache(store: Any, key: Any, only: Iterable[str] | None = None) -> tuple[Path | None, int, list[str]]:
     """Sign the (selected) entries of a cache whose files re-hash to their records with `key` (a
     `SigningKey`): (the manifest written into v1/signatures/, entries signed, refusals)."""

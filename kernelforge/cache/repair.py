@@ -16,7 +16,7 @@ from typing import Any
 
 from kernelforge.cache.entry import Entry
 from kernelforge.cache.index import read_index_checked, write_index
-from kernelforge.cache.provenance import unproven_arrivals
+from kernelforge.cache.provenance import revoked_arrivals, unproven_arrivals
 from kernelforge.cache.store import CacheStore
 from kernelforge.cache.verification import entry_file_problems, trust_problems, view_problems
 from kernelforge.errors import CacheError
@@ -81,7 +81,11 @@ def repair(store: CacheStore) -> RepairReport:
                 report.kept += 1
             else:
                 report.reindexed.append(meta.name)
-        for key, why in unproven_arrivals(store, {k: Entry.from_json(d) for k, d in entries.items()})[0].items():
+        unproven, bad_manifests = unproven_arrivals(store, {k: Entry.from_json(d) for k, d in entries.items()})
+        unproven.update(revoked_arrivals({k: Entry.from_json(d) for k, d in entries.items() if k not in unproven}))
+        for file, why in bad_manifests:
+            _quarantine(store, report, file, layout.schema_root / file, why)
+        for key, why in unproven.items():
             data = entries.pop(key)
             _quarantine(store, report, data["name"], layout.entry_dir(key, data["kind"]), why)
             if data["name"] in report.reindexed:

@@ -354,3 +354,21 @@ def test_no_cryptography_import_on_the_runtime_path() -> None:
             "print(any(m.startswith('cryptography') for m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "False"
+
+
+def test_repair_quarantines_a_bad_manifest_and_revoked_arrivals(tmp_path: Path, keys, monkeypatch) -> None:
+    release, attacker, trusted_file = keys
+    shard = _cache(tmp_path / "shard")
+    sign_cache(shard, release)
+    dest = CacheStore(tmp_path / "dest")
+    assert merge([shard], dest, _authority(trusted_file)).ok
+    bad = dest.layout.schema_root / "signatures" / ("0" * 64 + ".json")
+    bad.write_text('{"body": "{}", "signature": "AAAA"}')
+    only_attacker = tmp_path / "keys" / "only-attacker"
+    only_attacker.write_text((tmp_path / "keys" / "attacker.pub").read_text())
+    monkeypatch.setenv("KERNELFORGE_TRUSTED_KEYS", str(only_attacker))  # the release key was revoked
+    assert not verify(dest).ok
+    report = repair(dest)
+    assert sorted(q[0] for q in report.quarantined) == sorted(["signatures/" + bad.name, "quant_a", "quant_b",
+                                                               "runtime-x"])
+    assert not bad.exists() and not dest.index(fresh=True) and verify(dest).ok
