@@ -55,7 +55,7 @@ def test_workflow_publishes_only_validated_kernel_wheels():
 
 
 def test_readme_and_pyproject_say_what_is_published_and_licensed():
-    readme = (REPO / "README.md").read_text()
+    readme = " ".join((REPO / "README.md").read_text().split())  # wrapping may move line breaks
     assert "falls back to one unsharded build" not in readme
     assert "not published until an SM100 runner" in readme
     assert (REPO / "LICENSE").is_file()
