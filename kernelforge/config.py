@@ -98,11 +98,16 @@ def resolve_spec_paths(cli_values: list[str | os.PathLike[str]] | None = None) -
                 paths.extend(found)
             elif path.is_file():
                 paths.append(path)
+            elif path.exists():
+                raise ValueError(f"spec file {path} (from --spec) is not a regular file or a directory")
             else:
                 raise ValueError(f"spec file {path} (from --spec) does not exist")
         return paths
     env = os.environ.get(SPEC_ENV, "")
     if env:
+        if not _path(env).is_dir():
+            what = "does not exist" if not _path(env).exists() else "is not a directory"
+            raise ValueError(f"${SPEC_ENV}={env} {what}: expected a directory of *.toml spec files")
         found = _tomls(_path(env))
         if not found:
             raise ValueError(f"${SPEC_ENV}={env} holds no *.toml spec files")

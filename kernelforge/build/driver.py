@@ -47,8 +47,10 @@ class VariantResult:
     peak_rss_mb: float = 0.0  # the compile worker's peak resident set so far (0: not compiled here)
 
     def to_dict(self) -> dict[str, Any]:
-        return {"name": self.name, "status": self.status, "key": self.key, "seconds": round(self.seconds, 3),
-                "peak_rss_mb": round(self.peak_rss_mb, 1), "reason": self.reason, "error": self.error}
+        """The JSON form (kernelforge/cli/json_schemas.py, kind "build"): the status in snake_case."""
+        return {"name": self.name, "status": self.status.replace(" ", "_"), "key": self.key,
+                "seconds": round(self.seconds, 3), "peak_rss_mb": round(self.peak_rss_mb, 1), "reason": self.reason,
+                "error": self.error}
 
 
 @dataclass
@@ -66,7 +68,8 @@ class BuildReport:
         return {"cache_root": str(self.cache_root), "seconds": round(self.seconds, 3),
                 "runtime_built": self.runtime_built, "stale_removed": self.stale_removed,
                 "replaced": [{"name": n, "reason": r} for n, r in self.replaced],
-                "counts": {s: self.count(s) for s in ("built", "up to date", "failed", "would build")},
+                "counts": {s.replace(" ", "_"): self.count(s)
+                           for s in ("built", "up to date", "failed", "would build")},
                 "variants": [r.to_dict() for r in self.results]}
 
     def count(self, status: str) -> int:

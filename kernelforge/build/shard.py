@@ -7,21 +7,21 @@ the N shards together hold each selected variant exactly once.
 """
 from __future__ import annotations
 
+import re
 from typing import Sequence, TypeVar
 
 T = TypeVar("T")
 
-SHARD_HELP = "expected I/N with integers 1 <= I <= N (shards are 1-based), e.g. --shard 1/4"
+MAX_SHARDS = 4096  # more shards than variants builds nothing but the runtime library; this is far more
+SHARD_HELP = (f"expected I/N with integers 1 <= I <= N <= {MAX_SHARDS} (shards are 1-based), e.g. --shard 1/4")
 
 
 def parse_shard(text: str) -> tuple[int, int]:
-    """(I, N) from "I/N"; ValueError naming --shard and the expected form otherwise."""
-    index_text, sep, count_text = str(text).strip().partition("/")
-    try:
-        index, count = int(index_text), int(count_text)
-    except ValueError:
-        index = count = 0
-    if not sep or not 1 <= index <= count:
+    """(I, N) from "I/N" (ASCII digits, N at most MAX_SHARDS); ValueError naming --shard and the
+    expected form otherwise."""
+    m = re.fullmatch(r"\s*([0-9]{1,9})/([0-9]{1,9})\s*", str(text), re.ASCII)
+    index, count = (int(m.group(1)), int(m.group(2))) if m else (0, 0)
+    if not 1 <= index <= count <= MAX_SHARDS:
         raise ValueError(f"--shard {text!r}: {SHARD_HELP}")
     return index, count
 

@@ -5,7 +5,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from kernelforge.cache.store import Store
+from kernelforge.cache.store import CacheStore, Store
 
 
 @dataclass
@@ -16,6 +16,7 @@ class CleanReport:
     removed: list[str] = field(default_factory=list)  # keys
     removed_bytes: int = 0
     orphans_removed: list[Path] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)  # what was left in place, and why (text output only)
 
     def to_dict(self) -> dict[str, Any]:
         return {"root": str(self.root), "removed": self.removed, "removed_bytes": self.removed_bytes,
@@ -23,13 +24,14 @@ class CleanReport:
 
 
 def clean(store: Store, *, all: bool = False, keep_toolchain_id: str | None = None,
-          keep_source_hashes: set[str] | None = None, orphans: bool = True) -> CleanReport:
+          keep_source_hashes: set[str] | None = None, orphans: bool = True, dry_run: bool = False) -> CleanReport:
     """Remove every entry (`all`), or kernels built by another toolchain or from sources not kept
     and the runtime libraries no kept kernel links.
 
     With no criteria only debris (entry dirs without a usable meta.json, abandoned staging dirs)
     is removed; an intact entry the index lost is kept for `cache repair`.
     Entries leave the index before their directories are deleted, so readers never see half an entry.
+    With `dry_run` nothing is touched: the report names what would be removed.
     """
     report = CleanReport(root=store.root)
     doomed = []
@@ -49,11 +51,24 @@ def clean(store: Store, *, all: bool = False, keep_toolchain_id: str | None = No
         doomed.extend(e for e in entries if e.kind == "runtime" and e.key not in linked
                       and keep_toolchain_id is not None and e.toolchain_id != keep_toolchain_id)
     if doomed:
-        store.remove(e.key for e in doomed)
+        if not dry_run:
+            store.remove(e.key for e in doomed)
         report.removed = [e.key for e in doomed]
         report.removed_bytes = sum(e.size for e in doomed)
-    if orphans or all:
-        report.orphans_removed = store.delete_orphans(store.orphans())
-    if all:
-        report.orphans_removed += store.delete_orphans([d for d, _ in store.unindexed()], unindexed_entries=True)
+    if dry_run:  # the same lists, nothing deleted
+        report.orphans_removed = store.orphans() if orphans or all else []
+        if all:
+            report.orphans_removed += [d for d, _ in store.unindexed() if d not in report.orphans_removed]
+    else:
+        if orphans or all:
+            report.orphans_removed = store.delete_orphans(store.orphans())
+        if all:
+            report.orphans_removed += store.delete_orphans([d for d, _ in store.unindexed()],
+                                                           unindexed_entries=True)
+    if isinstance(store, CacheStore):
+        from kernelforge.cache.verification import special_files
+
+        # never opened nor waited on; not debris clean may delete (it could be someone's pipe)
+        report.notes.extend(f"left {path}: it is {kind}, not a regular file; `kernelforge cache repair` moves it "
+                            "to quarantine/" for path, kind in special_files(store))
     return report

@@ -30,23 +30,37 @@ CONFIG_NAME = "config.json"
 _UNITS = {"": 1, "b": 1, "k": 10**3, "m": 10**6, "g": 10**9, "t": 10**12,
           "ki": 2**10, "mi": 2**20, "gi": 2**30, "ti": 2**40}
 _AGE_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
+MAX_SIZE = 10**18  # 1000P: far beyond any disk; larger values are typos (and int(inf) would raise)
+MAX_AGE_DAYS = 36_500  # 100 years
 
 
 def parse_size(text: str) -> int:
     """'500M' -> 500_000_000, '1.5GiB' -> 1610612736, '1024' -> 1024 (ccache's units: k/M/G/T are
     powers of 1000, Ki/Mi/Gi/Ti of 1024; a trailing B is optional). ValueError when unparsable."""
-    m = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([kKmMgGtT]i?)?[bB]?\s*", str(text))
+    m = re.fullmatch(r"\s*([0-9]+(?:\.[0-9]+)?)\s*([kKmMgGtT]i?)?[bB]?\s*", str(text), re.ASCII)
     if not m:
-        raise ValueError(f"size {text!r}: expected a number with an optional unit (e.g. 500M, 2G, 1.5GiB)")
-    return int(float(m.group(1)) * _UNITS[(m.group(2) or "").lower()])
+        raise ValueError(f"size {text!r}: expected a number (ASCII digits) with an optional unit (e.g. 500M, "
+                         "2G, 1.5GiB)")
+    value = float(m.group(1)) * _UNITS[(m.group(2) or "").lower()]
+    if not value <= MAX_SIZE:
+        raise ValueError(f"size {text!r}: out of range (at most {MAX_SIZE // 10**15}P)")
+    return int(value)
 
 
 def parse_age(text: str) -> int:
-    """'7d' -> seconds (units s, m, h, d, w; a bare number is seconds). ValueError when unparsable."""
-    m = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([smhdw]?)\s*", str(text))
+    """'7d' -> seconds (units s, m, h, d, w: required, as `30` alone is ambiguous). ValueError when
+    unparsable, without a unit, or over MAX_AGE_DAYS."""
+    m = re.fullmatch(r"\s*([0-9]+(?:\.[0-9]+)?)\s*([smhdw]?)\s*", str(text), re.ASCII)
     if not m:
-        raise ValueError(f"age {text!r}: expected a number with a unit s, m, h, d or w (e.g. 30d, 12h)")
-    return int(float(m.group(1)) * _AGE_UNITS[m.group(2) or "s"])
+        raise ValueError(f"age {text!r}: expected a number (ASCII digits) with a unit s, m, h, d or w "
+                         "(e.g. 30d, 12h, 45m, 90s)")
+    if not m.group(2):
+        raise ValueError(f"age {text!r}: add a unit: {m.group(1)}d (days), {m.group(1)}h, {m.group(1)}m "
+                         f"or {m.group(1)}s")
+    seconds = float(m.group(1)) * _AGE_UNITS[m.group(2)]
+    if not seconds <= MAX_AGE_DAYS * 86400:
+        raise ValueError(f"age {text!r}: out of range (at most {MAX_AGE_DAYS}d)")
+    return int(seconds)
 
 
 def tree_bytes(path: Path) -> tuple[int, int]:
@@ -66,7 +80,9 @@ def tree_bytes(path: Path) -> tuple[int, int]:
 def read_limit(store: CacheStore) -> int | None:
     """The size limit configured in the cache (`cache limit`), or None."""
     try:
-        value = json.loads((store.layout.schema_root / CONFIG_NAME).read_text(encoding="utf-8")).get("max_size")
+        from kernelforge.cache.fsio import read_regular
+
+        value = json.loads(read_regular(store.layout.schema_root / CONFIG_NAME, 1 << 16)).get("max_size")
         return int(value) if value else None
     except (OSError, ValueError, TypeError, AttributeError):
         return None
@@ -80,12 +96,13 @@ def write_limit(store: CacheStore, max_size: int | None) -> None:
 
 def effective_limit(store: CacheStore, cli_value: str | None = None) -> tuple[int | None, str]:
     """(limit in bytes, where it came from): the CLI's, else $KERNELFORGE_CACHE_MAX_SIZE, else the
-    cache's config.json, else (None, "none"). ValueError for an unparsable value."""
-    if cli_value:
-        return parse_size(cli_value), "--max-size"
-    env = os.environ.get(LIMIT_ENV, "")
-    if env:
-        return parse_size(env), f"${LIMIT_ENV}"
+    cache's config.json, else (None, "none"). ValueError naming where an unparsable value came from."""
+    for value, source in ((cli_value, "--max-size"), (os.environ.get(LIMIT_ENV, ""), f"${LIMIT_ENV}")):
+        if value:
+            try:
+                return parse_size(value), source
+            except ValueError as exc:
+                raise ValueError(f"{source}: {exc}") from None
     limit = read_limit(store)
     return (limit, f"{store.layout.schema_root / CONFIG_NAME}") if limit else (None, "none")
 

@@ -12,7 +12,7 @@ import warnings
 from pathlib import Path
 from typing import Any
 
-from kernelforge.cache.fsio import atomic_write_text
+from kernelforge.cache.fsio import atomic_write_text, read_regular
 from kernelforge.cache.layout import INDEX_NAME, SCHEMA_VERSION, Layout
 from kernelforge.cache.trust import MissingCacheFile, TrustedRoot
 from kernelforge.cache.views import GENERATION, write_dispatch_views
@@ -22,11 +22,11 @@ from kernelforge.errors import CacheError
 def read_index_checked(path: Path) -> tuple[dict[str, dict[str, Any]], str | None]:
     """(raw entries, problem): missing -> ({}, None); unreadable or corrupt -> ({}, a message saying why)."""
     try:
-        text = path.read_text(encoding="utf-8", errors="replace")
+        text = read_regular(path).decode("utf-8", errors="replace")
     except FileNotFoundError:
         return {}, None
     except OSError as exc:
-        return {}, f"kernelforge cache index {path} is unreadable ({exc.strerror})"
+        return {}, f"kernelforge cache index {path} is unreadable ({exc.strerror or exc})"
     return parse_index(text, path)
 
 
@@ -74,8 +74,7 @@ def index_text(entries: dict[str, dict[str, Any]], generation: str) -> str:
 def index_generation(index_path: Path) -> str | None:
     """The generation id of the index at `index_path` (None: missing, or written without one)."""
     try:
-        with open(index_path, "rb") as f:
-            m = GENERATION.match(f.read(64))
+        m = GENERATION.match(read_regular(index_path, 64, head=True))
     except OSError:
         return None
     return m.group(1).decode() if m else None

@@ -1,12 +1,12 @@
 """Whether an entry's files on disk are the ones it records (regular files, sizes, sha256)."""
 from __future__ import annotations
 
-import hashlib
 import os
 import stat
 from pathlib import Path
 
 from kernelforge.cache.entry import Entry
+from kernelforge.cache.fsio import file_kind, hash_stream, open_regular
 
 MISSING_DIR = "missing dir"
 MISSING_FILE = "missing file"
@@ -16,16 +16,16 @@ NOT_A_FILE = "not a regular file"
 
 
 def sha256_file(path: Path, *, fsync: bool = False) -> tuple[str, int]:
-    """(sha256 hex digest, size in bytes) of a file; optionally fsync it while it is open."""
-    h = hashlib.sha256()
-    size = 0
-    with open(path, "rb") as f:
-        while chunk := f.read(1 << 20):
-            h.update(chunk)
-            size += len(chunk)
+    """(sha256 hex digest, size in bytes) of a regular file, read in chunks; optionally fsync it
+    while it is open. A FIFO, socket or device raises NotRegularFile (an OSError) unopened."""
+    fd, _ = open_regular(path)
+    try:
+        result = hash_stream(lambda n: os.read(fd, n))
         if fsync:
-            os.fsync(f.fileno())
-    return h.hexdigest(), size
+            os.fsync(fd)
+    finally:
+        os.close(fd)
+    return result
 
 
 def file_problems(entry: Entry, directory: Path) -> list[tuple[str, str, str]]:
@@ -41,11 +41,15 @@ def file_problems(entry: Entry, directory: Path) -> list[tuple[str, str, str]]:
             out.append((MISSING_FILE, rel, ""))
             continue
         if not stat.S_ISREG(st.st_mode):
-            out.append((NOT_A_FILE, rel, "a symlink" if stat.S_ISLNK(st.st_mode) else ""))
+            out.append((NOT_A_FILE, rel, file_kind(st.st_mode)))
         elif st.st_size != int(info["size"]):
             out.append((SIZE_MISMATCH, rel, f"expected {info['size']} bytes, found {st.st_size}"))
         else:
-            digest, _ = sha256_file(path)
+            try:
+                digest, _ = sha256_file(path)
+            except OSError as exc:  # swapped for a FIFO, a symlink, ... since the lstat
+                out.append((NOT_A_FILE, rel, exc.strerror or str(exc)))
+                continue
             if digest != info["sha256"]:
                 out.append((SHA_MISMATCH, rel, f"expected {info['sha256'][:16]}, found {digest[:16]}"))
     return out

@@ -111,7 +111,9 @@ def _wheel_layer(ep: md.EntryPoint) -> Layer | None:
     package = Path(locations[0])
     root = package / WHEEL_CACHE_DIR
     try:
-        manifest = json.loads((package / WHEEL_MANIFEST).read_text(encoding="utf-8"))
+        from kernelforge.cache.fsio import read_regular  # a FIFO there is refused, never waited on
+
+        manifest = json.loads(read_regular(package / WHEEL_MANIFEST, 64 << 20, follow=True))
         if not isinstance(manifest, dict):
             raise ValueError("not a JSON object")
     except (OSError, ValueError) as exc:

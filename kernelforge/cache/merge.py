@@ -21,19 +21,29 @@ published; the other entries still are, each one complete.
 """
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
-import stat
 import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterable, Sequence
 
 from kernelforge.cache.entry import Entry
+from kernelforge.cache.fsio import (
+    DestinationWriteError,
+    copy_regular,
+    hash_stream,
+    max_artifact_bytes,
+    open_regular,
+    too_large,
+    write_failure,
+)
 from kernelforge.cache.index import read_index_checked
 from kernelforge.cache.provenance import Authority, SourceCheck
 from kernelforge.cache.signing import SIGNATURES_DIR, read_manifests
-from kernelforge.cache.store import CacheStore, sha256_file
+from kernelforge.cache.store import CacheStore
+from kernelforge.cache.verification import special_files
 from kernelforge.errors import CacheError
 
 _KIND_ORDER = {"runtime": 0, "kernel": 1, "tuning": 2}  # a kernel is merged only after its runtime
@@ -71,6 +81,8 @@ class MergeReport:
     refused: list[Refused] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     quarantined: list[str] = field(default_factory=list)  # where conflicting incoming copies went
+    dry_run: bool = False  # nothing was written: `merged` names what would be published
+    would_publish: dict[str, Entry] = field(default_factory=dict)  # dry run: key -> entry it would publish
 
     @property
     def ok(self) -> bool:
@@ -106,30 +118,59 @@ def _source_entries(source: CacheStore) -> tuple[list[Entry], list[tuple[str, st
     return ordered, bad
 
 
-def _stage_copy(source: CacheStore, entry: Entry, dest: CacheStore) -> tuple[Path | None, str]:
+def _stage_copy(source: CacheStore, entry: Entry, dest: CacheStore,
+                dry_run: bool = False) -> tuple[Path | None, str]:
     """Copy the entry's listed files into a fresh staging dir of `dest` and check them against
-    the source's record; (staging dir, "") or (None, why not)."""
-    meta = source.read_meta(source.entry_dir(entry))
+    the source's record; (staging dir, "") or (None, why not). With `dry_run` the same checks run
+    on the source's files in place and nothing is written: (None, "") when they pass."""
+    meta, why = source.read_meta_checked(source.entry_dir(entry))
     if meta is None or meta.to_json() != entry.to_json():
-        return None, "its meta.json is missing or disagrees with the source index"
+        return None, (f"its meta.json is unusable ({why})" if meta is None
+                      else "its meta.json disagrees with the source index")
+    limit = max_artifact_bytes()
+    big = [(rel, size) for rel, (_, size) in sorted(_file_digests(entry.files).items()) if size > limit]
+    if big:
+        return None, f"file {big[0][0]} is {too_large(big[0][1], limit)}"
+    if dry_run:
+        return None, _check_in_place(source, entry, limit)
     staging = dest.staging_dir()
     for rel, (sha, size) in sorted(_file_digests(entry.files).items()):
         src = source.entry_dir(entry) / rel
         target = staging / rel
         try:
-            if not stat.S_ISREG(os.lstat(src).st_mode):
-                raise CacheError("not a regular file")
             target.parent.mkdir(parents=True, exist_ok=True)
-            shutil.copyfile(src, target, follow_symlinks=False)
-        except (OSError, CacheError) as exc:
+            # never opens a FIFO or device, never follows a symlink; hashes what it writes
+            found, found_size = copy_regular(src, target, limit=limit)
+        except DestinationWriteError:
             shutil.rmtree(staging, ignore_errors=True)
-            return None, f"file {rel} unreadable ({exc})"
-        found, found_size = sha256_file(target)
+            raise  # the destination cannot take it (a full disk): the merge stops (see `merge`)
+        except OSError as exc:
+            shutil.rmtree(staging, ignore_errors=True)
+            return None, f"file {src} unreadable ({exc.strerror or exc})"
         if (found, found_size) != (sha, size):
             shutil.rmtree(staging, ignore_errors=True)
             return None, (f"file {rel} does not match its recorded sha256 (recorded {sha}, "
                           f"{size} bytes; found {found}, {found_size} bytes)")
     return staging, ""
+
+
+def _check_in_place(source: CacheStore, entry: Entry, limit: int) -> str:
+    """`_stage_copy`'s file checks for a dry run, on the source's files (opened as `copy_regular`
+    opens them: never a FIFO, device or symlink): "" if each matches its recorded sha256 and size."""
+    for rel, (sha, size) in sorted(_file_digests(entry.files).items()):
+        src = source.entry_dir(entry) / rel
+        try:
+            fd, _ = open_regular(src, limit=limit)
+            try:
+                found, found_size = hash_stream(lambda n, fd=fd: os.read(fd, n), limit=limit)
+            finally:
+                os.close(fd)
+        except OSError as exc:
+            return f"file {src} unreadable ({exc.strerror or exc})"
+        if (found, found_size) != (sha, size):
+            return (f"file {rel} does not match its recorded sha256 (recorded {sha}, "
+                    f"{size} bytes; found {found}, {found_size} bytes)")
+    return ""
 
 
 def _publish_copy(dest: CacheStore, entry: Entry, staging: Path) -> Entry:
@@ -149,26 +190,34 @@ def merge_one(source: CacheStore, entry: Entry, dest: CacheStore, report: MergeR
     """Merge one source entry into `dest`, recording the outcome in `report`."""
     # The parsed index is reused while index.json is unchanged (each write replaces it), and includes
     # what a publishing batch has moved into place but not yet indexed.
-    held = dest.get(entry.key)
+    # A dry run (report.dry_run) takes the same decisions, treating what it would have published as held.
+    held = dest.get(entry.key) or report.would_publish.get(entry.key)
     published = held is None
     if held is None:
         rkey = entry.extra.get("runtime_key")
         why = check.refusal(entry) if check is not None else None
         if why is not None:
             staging = None
-        elif entry.kind == "kernel" and rkey is not None and dest.get(str(rkey)) is None:
+        elif (entry.kind == "kernel" and rkey is not None and dest.get(str(rkey)) is None
+              and str(rkey) not in report.would_publish):
             why = f"its runtime library {str(rkey)[:12]} is not in the destination (not merged)"
             staging = None
         else:
-            staging, why = _stage_copy(source, entry, dest)
-        if staging is None:
+            staging, why = _stage_copy(source, entry, dest, dry_run=report.dry_run)
+        if why:
             report.refused.append(Refused(source.root, entry.key, entry.name, why))
+            return
+        if report.dry_run or staging is None:  # passed every check; nothing is written
+            report.would_publish[entry.key] = entry
+            report.merged.append(entry.name)
             return
         # publish keeps an entry another writer published meanwhile: compared below like any other
         held = _publish_copy(dest, check.stamped(entry) if check is not None else entry, staging)
     if _file_digests(held.files) != _file_digests(entry.files):
         report.refused.append(Refused(source.root, entry.key, entry.name, "conflicting bytes for one key",
                                       held.sha256, entry.sha256))
+        if report.dry_run:  # the incoming copy would go to quarantine/
+            return
         staging, why = _stage_copy(source, entry, dest)
         if staging is not None:
             report.quarantined.append(str(dest.quarantine(
@@ -180,16 +229,19 @@ def merge_one(source: CacheStore, entry: Entry, dest: CacheStore, report: MergeR
 
 def merge(sources: Iterable[str | os.PathLike[str] | CacheStore], dest: CacheStore,
           authority: Authority | None = None,
-          audit: Callable[[Sequence[Entry]], str | None] | None = None) -> MergeReport:
+          audit: Callable[[Sequence[Entry]], str | None] | None = None, *, dry_run: bool = False) -> MergeReport:
     """Merge every entry of each source cache into `dest` (see the module docstring); `authority`
     defaults to the configured trusted keys with no opt-in for unsigned sources. `audit` (e.g. the
     build layer's `--rebuild-sample` check) sees a source's entries `dest` lacks first; a reason
     it returns refuses every entry of that source.
 
+    With `dry_run` every check runs (signatures, runtime libraries, the source's files re-hashed in
+    place, conflicts) and nothing is written to `dest`: the report names what would be merged.
+
     Raises CacheError for a source whose index is unusable (before anything of it is merged)."""
     stores = [s if isinstance(s, CacheStore) else CacheStore(s) for s in sources]
-    report = MergeReport(dest.root, [s.root for s in stores])
-    problem = dest.writable_problem()
+    report = MergeReport(dest.root, [s.root for s in stores], dry_run=dry_run)
+    problem = None if dry_run else dest.writable_problem()
     if problem:
         raise CacheError(problem)
     for source in stores:
@@ -205,10 +257,20 @@ def merge(sources: Iterable[str | os.PathLike[str] | CacheStore], dest: CacheSto
             continue
         check = (authority or Authority.configured()).for_source(str(source.root), "merge")
         check.add_manifests(read_manifests(source.layout.schema_root / SIGNATURES_DIR))
-        with dest.publishing_batch():
-            for entry in entries:
-                merge_one(source, entry, dest, report, check)
-        check.keep_manifests(dest.root)
+        report.notes.extend(f"source cache {source.root}: {path} is {kind}, not a regular file: never read "
+                            "(`kernelforge cache repair` there moves it to quarantine/)"
+                            for path, kind in special_files(source))
+        try:
+            with dest.publishing_batch() if not dry_run else contextlib.nullcontext():
+                for entry in entries:
+                    merge_one(source, entry, dest, report, check)
+            if not dry_run:
+                check.keep_manifests(dest.root)
+        except OSError as exc:  # the destination's disk is full, ...: stop, one line (CLI exit 2)
+            raise CacheError(f"{write_failure(exc, f'the destination cache {dest.root}')}; the merge stopped after "
+                             f"{len(report.merged)} merged entries, each complete (`kernelforge cache verify "
+                             f"--cache {dest.root}` checks them, `cache repair` indexes any it names)") from None
         report.notes.extend(check.notes)
-    dest.refresh_views()
+    if not dry_run:
+        dest.refresh_views()
     return report

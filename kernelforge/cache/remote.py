@@ -25,13 +25,24 @@ renamed. Nothing is deleted from a remote (no remote garbage collection).
 """
 from __future__ import annotations
 
+import contextlib
 import json
+import os
 import shutil
 import uuid
 from pathlib import Path
 from typing import Any, Callable, Iterable, Sequence
 
 from kernelforge.cache.entry import Entry
+from kernelforge.cache.fsio import (
+    ARTIFACT_LIMIT_ENV,
+    INDEX_LIMIT_ENV,
+    FileTooLarge,
+    NotRegularFile,
+    max_index_bytes,
+    read_regular,
+    write_failure,
+)
 from kernelforge.cache.layout import SCHEMA_VERSION, check_key
 from kernelforge.cache.provenance import Authority, covering_manifests
 from kernelforge.cache.signing import SIGNATURES_DIR, manifest_name
@@ -60,6 +71,45 @@ _READ_ONLY = ("http", "https")
 _EXTRA = {"s3": "remote-s3", "s3a": "remote-s3", "gs": "remote-gcs", "gcs": "remote-gcs", "http": "remote-http",
           "https": "remote-http"}
 _INDEX_WRITE_TRIES = 3
+TIMEOUT_ENV = "KERNELFORGE_REMOTE_TIMEOUT"
+DEFAULT_TIMEOUT_S = 10.0  # per connect and per read; a remote that does not answer fails within about a minute
+
+
+def network_timeout() -> float:
+    """Seconds one connect or read may wait on the network: $KERNELFORGE_REMOTE_TIMEOUT, else 10."""
+    raw = os.environ.get(TIMEOUT_ENV, "").strip()
+    try:
+        value = float(raw) if raw else DEFAULT_TIMEOUT_S
+    except ValueError:
+        value = -1.0
+    if not 0 < value <= 3600:
+        raise TransferError(f"${TIMEOUT_ENV}={raw!r}: expected seconds, more than 0 and at most 3600 (e.g. 10)")
+    return value
+
+
+def _bounded_options(protocol: str, timeout: float) -> dict[str, Any]:
+    """Storage options that bound each network wait of the backends kernelforge ships extras for (their
+    defaults wait 30 s to 5 min, retried); what the user's fsspec configuration sets is kept."""
+    try:
+        from fsspec.config import conf
+    except ImportError:
+        conf = {}
+    user = conf.get(protocol, {}) if isinstance(conf.get(protocol), dict) else {}
+    if protocol == "ftp":
+        return {} if "timeout" in user else {"timeout": timeout}
+    if protocol in ("http", "https"):
+        import aiohttp
+
+        client = dict(user.get("client_kwargs") or {})
+        client.setdefault("timeout", aiohttp.ClientTimeout(total=None, sock_connect=timeout, sock_read=timeout))
+        return {"client_kwargs": client}
+    if protocol in ("s3", "s3a"):
+        config = dict(user.get("config_kwargs") or {})
+        config.setdefault("connect_timeout", timeout)
+        config.setdefault("read_timeout", timeout)
+        config.setdefault("retries", {"mode": "standard", "total_max_attempts": 1})  # s3fs itself tries 5 times
+        return {"config_kwargs": config}
+    return {}
 
 
 class Remote:
@@ -67,17 +117,25 @@ class Remote:
 
     def __init__(self, url: str) -> None:
         self.url = url.rstrip("/")
-        protocol = url.split("://", 1)[0] if "://" in url else "file"
+        protocol = url.split("://", 1)[0].lower() if "://" in url else "file"
         try:
             import fsspec
 
-            self.fs, root = fsspec.core.url_to_fs(url)
+            self.fs, root = fsspec.core.url_to_fs(url, **_bounded_options(protocol, network_timeout()))
         except ImportError as exc:
             extra = _EXTRA.get(protocol, "remote")
             raise TransferError(f"remote {url}: {protocol}:// needs a backend that is not installed ({exc}); "
                                 f"pip install 'kernelforge[{extra}]'") from None
         except (ValueError, TypeError) as exc:
             raise TransferError(f"remote {url}: not a usable fsspec URL ({exc})") from None
+        except TransferError:
+            raise
+        except Exception as exc:  # backends that connect at once (ftp, sftp): unknown host, refused, timed out
+            raise TransferError(f"remote {url}: cannot connect ({type(exc).__name__}: {exc})") from None
+        if protocol in ("s3", "s3a") and isinstance(getattr(self.fs, "retries", None), int):
+            # s3fs retries a timed-out request 5 times, nested for ranged reads (25 waits): 2 keeps an
+            # unresponsive endpoint to about 4 timeouts (retries is a class attribute, not an option)
+            self.fs.retries = min(self.fs.retries, 2)
         self.root = str(root).rstrip("/")
         protocols = self.fs.protocol if isinstance(self.fs.protocol, (tuple, list)) else (self.fs.protocol,)
         self.read_only = any(p in _READ_ONLY for p in protocols)
@@ -96,14 +154,46 @@ class Remote:
 
     # ---- reading ----
 
-    def read(self, path: str, what: str) -> bytes | None:
-        """The bytes at `path`, None if it does not exist; TransferError if the remote cannot be read."""
+    def read(self, path: str, what: str, limit: int | None = None, limit_env: str = INDEX_LIMIT_ENV) -> bytes | None:
+        """The bytes at `path`, None if it does not exist; TransferError if the remote cannot be read.
+
+        At most `limit` bytes (default: `fsio.max_index_bytes()`) are read, by a ranged read: an
+        object larger than that is Rejected without reading the rest. On file:// a FIFO, socket
+        or device is refused, never opened."""
+        limit = max_index_bytes() if limit is None else limit
         try:
-            return self.fs.cat_file(path)
+            if self.local:
+                data = read_regular(self.fs._strip_protocol(path), limit, follow=True, limit_env=limit_env)
+            else:
+                data = self._ranged(path, limit)
         except FileNotFoundError:
             return None
+        except (NotRegularFile, FileTooLarge) as exc:
+            raise Rejected(f"remote {self.url}: {what} is {exc.strerror}") from None
         except Exception as exc:  # fsspec backends raise their own types (aiohttp, botocore, ...)
             raise TransferError(f"remote {self.url}: cannot read {what} ({type(exc).__name__}: {exc})") from None
+        if len(data) > limit:
+            raise Rejected(f"remote {self.url}: {what} holds more than {limit} bytes, over the limit (${limit_env} "
+                           "sets it); nothing more of it was read")
+        return data
+
+    def _ranged(self, path: str, limit: int) -> bytes:
+        """At most limit + 1 bytes of `path`. A ranged read of an empty object fails on S3 (416, range
+        not satisfiable): where the ranged read fails, the object's size decides."""
+        try:
+            return self.fs.cat_file(path, start=0, end=limit + 1)
+        except FileNotFoundError:
+            raise
+        except Exception as exc:
+            try:
+                size = self.fs.info(path).get("size")
+            except Exception:
+                raise exc from None  # unreachable, refused, ...: the read's own error says it
+            if size == 0:
+                return b""
+            if not isinstance(size, int) or size > limit:
+                raise
+            return self.fs.cat_file(path)  # known to be small enough
 
     def read_index(self) -> dict[str, Any] | None:
         """The raw entries of the remote index, None if the remote has none (its list of signed
@@ -175,11 +265,13 @@ class Remote:
 
 
 def push(store: CacheStore, url: str, *, only: Iterable[str] | None = None,
-         keys: Iterable[str] | None = None) -> TransferReport:
-    """Upload the selected local entries the remote's index lacks (see the module docstring)."""
+         keys: Iterable[str] | None = None, dry_run: bool = False) -> TransferReport:
+    """Upload the selected local entries the remote's index lacks (see the module docstring).
+    With `dry_run` the remote is only read: each local entry is re-hashed and the report counts the
+    blobs the remote lacks, but nothing is uploaded and its index is not touched."""
     remote = Remote(url)
     remote.require_writable()
-    report = TransferReport("push", str(store.root), remote.url)
+    report = TransferReport("push", str(store.root), remote.url, dry_run=dry_run)
     remote_raw = remote.read_index() or {}
     selected = select_entries(store.index(fresh=True), only=only, keys=keys)
     report.selected = len(selected)
@@ -199,12 +291,17 @@ def push(store: CacheStore, url: str, *, only: Iterable[str] | None = None,
         for rel, data in files.items():
             blob = remote.blob_path(entry.files[rel]["sha256"])
             if not remote.has(blob):
-                remote.write(blob, data)
+                if not dry_run:
+                    remote.write(blob, data)
                 report.files += 1
                 report.bytes += len(data)
-        remote.write(remote.entry_path(entry.key), json.dumps(entry.to_json(), indent=1, sort_keys=True).encode())
+        if not dry_run:
+            remote.write(remote.entry_path(entry.key),
+                         json.dumps(entry.to_json(), indent=1, sort_keys=True).encode())
         pushed[entry.key] = entry.to_json()
         report.transferred.append(entry.name)
+    if dry_run:
+        return report
     signatures = []
     for name, document in covering_manifests(store, [e.key for e in selected]):
         if name not in remote.signature_names and not remote.has(remote.signature_path(name)):
@@ -246,13 +343,16 @@ def _update_index(remote: Remote, pushed: dict[str, Any], report: TransferReport
 
 def pull(store: CacheStore, url: str, *, only: Iterable[str] | None = None, keys: Iterable[str] | None = None,
          missing_ok: bool = False, authority: Authority | None = None,
-         audit: Callable[[Sequence[Entry]], str | None] | None = None) -> TransferReport:
+         audit: Callable[[Sequence[Entry]], str | None] | None = None, dry_run: bool = False) -> TransferReport:
     """Download the selected remote entries the local cache lacks, verify every file and its
     signature, publish each.
 
-    A remote without an index is an error, unless `missing_ok` (then nothing is pulled)."""
+    A remote without an index is an error, unless `missing_ok` (then nothing is pulled). With
+    `dry_run` the index and signed manifests are read and every entry checked (signature, runtime
+    library, conflict with the cache's own), but no blob is downloaded and nothing is written: the
+    report counts the recorded files and bytes that would be."""
     remote = Remote(url)
-    report = TransferReport("pull", remote.url, str(store.root))
+    report = TransferReport("pull", remote.url, str(store.root), dry_run=dry_run)
     check = (authority or Authority.configured()).for_source(remote.url, "pull")
     raw = remote.read_index()
     if raw is None and missing_ok:
@@ -266,23 +366,46 @@ def pull(store: CacheStore, url: str, *, only: Iterable[str] | None = None, keys
     reason = audit([e for e in selected if store.get(e.key) is None]) if audit is not None else None
     if reason is not None:
         raise Rejected(f"remote {remote.url}: {reason}; nothing was pulled")
+    try:
+        _pull_selected(store, remote, selected, check, report)
+        if not dry_run:
+            check.keep_manifests(store.root)
+    except OSError as exc:  # the cache's disk is full, ...: stop, one line (CLI exit 2)
+        raise TransferError(f"pull from {remote.url} stopped: {write_failure(exc, f'the cache {store.root}')}; "
+                            f"{len(report.transferred)} entries were pulled before, each complete (`kernelforge "
+                            f"cache verify --cache {store.root}` checks them); run the pull again") from None
+    report.notes.extend(check.notes)
+    return report
+
+
+def _pull_selected(store: CacheStore, remote: Remote, selected: list[Entry], check: Any,
+                   report: TransferReport) -> None:
     arrived: set[str] = set()
-    with store.publishing_batch():
+    with contextlib.nullcontext() if report.dry_run else store.publishing_batch():
         for entry in selected:
             held = store.get(entry.key)
             if held is not None and same_files(held, entry):
                 report.present.append(entry.name)
                 continue
+            if held is not None and report.dry_run:
+                quarantine_conflict(store, held, entry, "", remote.url, report)  # reported, nothing fetched
+                continue
             if held is not None:
                 staging = store.staging_dir()
                 problem, _ = _fetch_into(remote, entry, staging)
-                files = problem or {rel: (staging / rel).read_bytes() for rel in entry.files}
-                shutil.rmtree(staging, ignore_errors=True)
-                quarantine_conflict(store, held, entry, files, remote.url, report)
+                if problem:
+                    shutil.rmtree(staging, ignore_errors=True)
+                quarantine_conflict(store, held, entry, problem or staging, remote.url, report)
                 continue
             why = check.refusal(entry) or runtime_missing(entry, store, arrived)
             if why:
                 report.refuse(entry, f"not pulled from {remote.url}: {why}")
+                continue
+            if report.dry_run:  # no blob is downloaded: what its metadata records
+                arrived.add(entry.key)
+                report.transferred.append(entry.name)
+                report.files += len(entry.files)
+                report.bytes += entry.size
                 continue
             staging = store.staging_dir()
             try:
@@ -299,16 +422,19 @@ def pull(store: CacheStore, url: str, *, only: Iterable[str] | None = None, keys
             report.transferred.append(entry.name)
             report.files += len(entry.files)
             report.bytes += nbytes
-    check.keep_manifests(store.root)
-    report.notes.extend(check.notes)
-    return report
 
 
 def _fetch_into(remote: Remote, entry: Entry, staging: Path) -> tuple[str | None, int]:
     """Download `entry`'s files into `staging`, each checked on arrival: (why not, None if all match; bytes)."""
     nbytes = 0
     for rel, info in sorted(entry.files.items()):
-        data = remote.read(remote.blob_path(str(info["sha256"])), f"blob of {entry.name} [{entry.key[:12]}] {rel}")
+        # the recorded size was checked against the cap (`transfer.parse_entries`); a blob larger than
+        # recorded is refused after that many bytes and one more, the rest never read
+        try:
+            data = remote.read(remote.blob_path(str(info["sha256"])),
+                               f"blob of {entry.name} [{entry.key[:12]}] {rel}", int(info["size"]), ARTIFACT_LIMIT_ENV)
+        except Rejected as exc:
+            return str(exc), nbytes
         if data is None:
             return f"file {rel} is missing from {remote.url}", nbytes
         mismatch = bytes_problem(data, info)

@@ -18,7 +18,7 @@ from kernelforge.cache.entry import Entry
 from kernelforge.cache.index import read_index_checked, write_index
 from kernelforge.cache.provenance import revoked_arrivals, unproven_arrivals
 from kernelforge.cache.store import CacheStore
-from kernelforge.cache.verification import entry_file_problems, trust_problems, view_problems
+from kernelforge.cache.verification import entry_file_problems, special_files, trust_problems, view_problems
 from kernelforge.errors import CacheError
 
 
@@ -54,6 +54,10 @@ def repair(store: CacheStore) -> RepairReport:
     report = RepairReport(root=store.root)
     layout = store.layout
     with store._index_lock():
+        # FIFOs, sockets and devices are never opened: outside entry directories (an index.json,
+        # a view, config.json) they go to quarantine/ first; in an entry directory they make the
+        # entry damaged below, and what is left of them (in an intact entry) goes afterwards.
+        _quarantine_special(store, report, outside_entries=True)
         raw, report.index_problem = read_index_checked(layout.index)
         indexed: dict[str, Entry] = {}
         for key, data in raw.items():
@@ -67,9 +71,10 @@ def repair(store: CacheStore) -> RepairReport:
             report.dropped.append(f"{data.get('name', key) if isinstance(data, dict) else key} (malformed index entry)")
         entries: dict[str, dict[str, Any]] = {}
         for directory in layout.artifact_dirs():
-            meta = store.read_meta(directory)
+            meta, why = store.read_meta_checked(directory)
             if meta is None:
-                _quarantine(store, report, directory.name, directory, "no usable meta.json naming this directory")
+                _quarantine(store, report, directory.name, directory,
+                            f"no usable meta.json naming this directory ({why})")
                 continue
             problems = entry_file_problems(store, meta, directory)
             if problems:
@@ -94,6 +99,7 @@ def repair(store: CacheStore) -> RepairReport:
                 report.kept -= 1
         report.dropped.extend(e.name for k, e in indexed.items() if k not in entries
                               and not any(q[0] == e.name for q in report.quarantined))
+        _quarantine_special(store, report, outside_entries=False)
         _fix_permissions(store, report)
         stale_views = not report.index_problem and bool(view_problems(store, raw))
         if report.changed or stale_views or (not layout.index.exists() and entries):
@@ -105,6 +111,16 @@ def repair(store: CacheStore) -> RepairReport:
 
 def _quarantine(store: CacheStore, report: RepairReport, name: str, directory: Path, reason: str) -> None:
     report.quarantined.append((name, reason, store.quarantine(directory, reason)))
+
+
+def _quarantine_special(store: CacheStore, report: RepairReport, *, outside_entries: bool) -> None:
+    """Move FIFOs, sockets and devices to quarantine/ (those outside entry directories only, or all)."""
+    entry_dirs = set(store.layout.artifact_dirs()) if outside_entries else set()
+    for path, kind in special_files(store):
+        if entry_dirs and any(parent in entry_dirs for parent in path.parents):
+            continue
+        rel = path.relative_to(store.root).as_posix()
+        _quarantine(store, report, rel, path, f"{rel} is {kind}, not a regular file")
 
 
 def _fix_permissions(store: CacheStore, report: RepairReport) -> None:

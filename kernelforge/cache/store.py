@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator, Mapping, Protocol
 
 from kernelforge.cache.entry import Entry
-from kernelforge.cache.fsio import current_umask, fsync_dir
+from kernelforge.cache.fsio import NotRegularFile, current_umask, fsync_dir, read_regular
 from kernelforge.cache.index import read_index_checked, write_index
 from kernelforge.cache.integrity import file_problems, sha256_file  # noqa: F401  (sha256_file: re-exported)
 from kernelforge.cache.layout import META_NAME, Layout, check_key, check_kind
@@ -173,13 +173,22 @@ class CacheStore:
 
     def read_meta(self, directory: Path) -> Entry | None:
         """The Entry recorded in `directory`/meta.json if it names this directory's key and kind."""
+        return self.read_meta_checked(directory)[0]
+
+    def read_meta_checked(self, directory: Path) -> tuple[Entry | None, str]:
+        """(the Entry `directory`/meta.json records, "") or (None, why it is unusable). A FIFO,
+        socket or device named meta.json is never opened (see `fsio.read_regular`)."""
         try:
-            if (directory / META_NAME).is_symlink():
-                return None
-            entry = Entry.from_json(json.loads((directory / META_NAME).read_text(encoding="utf-8")))
-        except (OSError, ValueError, CacheError, TypeError):
-            return None
-        return entry if self.layout.entry_dir(entry.key, entry.kind) == directory else None
+            entry = Entry.from_json(json.loads(read_regular(directory / META_NAME).decode("utf-8")))
+        except FileNotFoundError:
+            return None, "missing"
+        except OSError as exc:
+            return None, exc.strerror or str(exc)
+        except (ValueError, CacheError, TypeError) as exc:
+            return None, f"unusable ({exc})"
+        if self.layout.entry_dir(entry.key, entry.kind) != directory:
+            return None, "names another key or kind"
+        return entry, ""
 
     def orphans(self) -> list[Path]:
         """Debris: unindexed entry directories without a usable meta.json, and staging/trash dirs
@@ -281,7 +290,10 @@ class CacheStore:
                 rel = path.relative_to(staging).as_posix()
                 if rel == META_NAME:
                     raise CacheError(f"{path}: {META_NAME} is reserved for the cache's own metadata")
-                digest, size = sha256_file(path, fsync=True)
+                try:
+                    digest, size = sha256_file(path, fsync=True)
+                except NotRegularFile as exc:
+                    raise CacheError(f"{path}: only regular files can be published, this is {exc.strerror}") from None
                 files[rel] = {"sha256": digest, "size": size}
             # mkdtemp makes 0700 directories: give them the umask's mode so other users can read
             os.chmod(dirpath, 0o777 & ~current_umask())

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any, Iterable, Mapping
 
 from kernelforge.cache.entry import Entry
+from kernelforge.cache.fsio import ARTIFACT_LIMIT_ENV, max_artifact_bytes, read_regular, too_large
 from kernelforge.cache.store import CacheStore
 from kernelforge.errors import CacheError
 
@@ -60,6 +61,7 @@ class TransferReport:
     files: int = 0  # file objects actually moved (a push skips blobs the remote already holds)
     bytes: int = 0
     notes: list[str] = field(default_factory=list)
+    dry_run: bool = False  # nothing was written: `transferred`, files and bytes are what would be
 
     @property
     def ok(self) -> bool:
@@ -122,7 +124,9 @@ def read_entries_index(data: bytes, fmt: str, where: str, name: str) -> dict[str
 
 
 def parse_entries(raw: Mapping[str, Any], where: str, report: TransferReport) -> dict[str, Entry]:
-    """Entries of a foreign index (remote or bundle); malformed ones are refused in `report`."""
+    """Entries of a foreign index (remote or bundle); malformed ones, and those declaring a file
+    larger than `fsio.max_artifact_bytes()`, are refused in `report` (nothing of them is read)."""
+    limit = max_artifact_bytes()
     out: dict[str, Entry] = {}
     for key, data in raw.items():
         try:
@@ -132,6 +136,16 @@ def parse_entries(raw: Mapping[str, Any], where: str, report: TransferReport) ->
             bad = [rel for rel, info in entry.files.items() if not _SHA256.fullmatch(str(info["sha256"]))]
             if bad:
                 raise CacheError(f"file {bad[0]!r} has no sha256 hex digest")
+            sizes = {rel: info["size"] for rel, info in entry.files.items()}
+            bad = [rel for rel, size in sizes.items() if not isinstance(size, int) or isinstance(size, bool)
+                   or size < 0]
+            if bad:
+                raise CacheError(f"file {bad[0]!r} has no size in bytes")
+            big = [rel for rel, size in sizes.items() if size > limit]
+            if big:
+                report.refuse(entry, f"{where}: file {big[0]} declares {too_large(sizes[big[0]], limit)}; "
+                                     "nothing of it was read")
+                continue
         except (CacheError, TypeError, KeyError) as exc:
             name = data.get("name", "?") if isinstance(data, Mapping) else "?"
             report.refuse({"key": key, "name": name}, f"{where}: malformed metadata ({exc})")
@@ -170,14 +184,15 @@ def load_local_files(store: CacheStore, entry: Entry) -> dict[str, bytes] | str:
     """{rel: bytes} of a local entry, each checked against its metadata; or why it cannot be sent."""
     directory = store.entry_dir(entry)
     out: dict[str, bytes] = {}
+    limit = max_artifact_bytes()
     for rel, info in sorted(entry.files.items()):
         path = directory.joinpath(*rel.split("/"))
         if path.is_symlink():
             return f"local file {rel} is a symlink"
         try:
-            data = path.read_bytes()
+            data = read_regular(path, limit, limit_env=ARTIFACT_LIMIT_ENV)
         except OSError as exc:
-            return f"local file {rel} is unreadable ({exc.strerror})"
+            return f"local file {rel} is unreadable ({exc.strerror or exc})"
         problem = bytes_problem(data, info)
         if problem:
             return f"local file {rel} {problem}; run `kernelforge cache repair --cache {store.root}`"
@@ -191,15 +206,19 @@ def same_files(a: Entry, b: Entry) -> bool:
             == {rel: str(i["sha256"]) for rel, i in b.files.items()})
 
 
-def quarantine_conflict(store: CacheStore, held: Entry, entry: Entry, files: dict[str, bytes] | str,
+def quarantine_conflict(store: CacheStore, held: Entry, entry: Entry, files: dict[str, bytes] | Path | str,
                         source: str, report: TransferReport) -> None:
     """Refuse an incoming entry whose key the cache holds with other bytes: the cache keeps its own
-    entry (a later date means nothing), the incoming copy goes to quarantine/ for inspection."""
-    where = ""
-    if not isinstance(files, str):
-        staging = store.staging_dir()
-        for rel, data in files.items():
-            stage_file(staging, rel, data)
+    entry (a later date means nothing), the incoming copy goes to quarantine/ for inspection
+    (in a dry run, `report.dry_run`, it is only reported)."""
+    where = "; the incoming copy would go to quarantine/" if report.dry_run else ""
+    if not isinstance(files, str) and not report.dry_run:
+        if isinstance(files, Path):  # a staging dir already holding the verified files
+            staging = files
+        else:
+            staging = store.staging_dir()
+            for rel, data in files.items():
+                stage_file(staging, rel, data)
         moved = store.quarantine(staging, f"conflict: incoming {entry.name} [{entry.key}] from {source} has sha256 "
                                           f"{entry.sha256}; this cache keeps its own entry (sha256 {held.sha256})")
         where = f"; the incoming copy is in {moved}"

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from kernelforge.cache.fsio import open_regular, read_regular
 from kernelforge.cache.usage import EVENTS, HOST, SUMMARY, USAGE_DIR
 
 
@@ -50,7 +51,7 @@ def usage_dir(root: str | os.PathLike[str]) -> Path:
 
 def _read_summary(directory: Path) -> Usage:
     try:
-        data = json.loads((directory / SUMMARY).read_text(encoding="utf-8"))
+        data = json.loads(read_regular(directory / SUMMARY))
         return Usage({str(k): int(v) for k, v in data.get("last_use", {}).items()},
                      {str(op): {str(e): int(n) for e, n in c.items()} for op, c in data.get("counts", {}).items()},
                      {str(k): int(v) for k, v in data.get("offsets", {}).items()}, int(data.get("folded_at", 0)))
@@ -71,9 +72,15 @@ def _read_logs(directory: Path, usage: Usage) -> list[tuple[Path, int]]:
     for log in _logs(directory):
         start = usage.offsets.get(log.name, 0)
         try:
-            with open(log, "rb") as f:
-                f.seek(start)
-                data = f.read()
+            fd, _ = open_regular(log)
+            try:
+                os.lseek(fd, start, os.SEEK_SET)
+                chunks = []
+                while chunk := os.read(fd, 1 << 20):
+                    chunks.append(chunk)
+                data = b"".join(chunks)
+            finally:
+                os.close(fd)
         except OSError:
             continue
         whole = data[:data.rfind(b"\n") + 1]  # a line being written is read by the next fold

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from kernelforge.cache.entry import Entry
+from kernelforge.cache.fsio import ARTIFACT_LIMIT_ENV, max_artifact_bytes, read_regular, special_kind
 from kernelforge.cache.index import index_generation, read_index_checked
 from kernelforge.cache.integrity import (  # noqa: F401
     MISSING_DIR,
@@ -41,6 +42,8 @@ STALE_VIEWS = "dispatch views disagree with the index"
 UNINDEXED = "entry not in the index"
 UNTRUSTED = "untrusted path"
 BAD_SIGNATURE = "signature does not hold"
+BAD_TABLE = "not a valid tuning table"
+SPECIAL = "not a regular file"  # a FIFO, socket or device anywhere in the cache
 
 
 @dataclass(frozen=True)
@@ -102,17 +105,26 @@ def verify(store: CacheStore) -> VerifyReport:
             report.problems.append(Problem(key, str((raw[key] or {}).get("name", "?")) if isinstance(raw[key], dict)
                                            else "?", BAD_INDEX, detail="malformed entry (wrong path, names or fields)"))
     runtimes = {k for k, e in entries.items() if e.kind == "runtime"}
+    # Files whose damage a check below already names (each problem is reported once).
+    covered = {store.layout.index} if problem else set()
     for entry in sorted(entries.values(), key=lambda e: (e.kind, e.name, e.key)):
         report.entries += 1
         report.files += len(entry.files)
         directory = store.entry_dir(entry)
+        covered.update(directory / rel for rel in (*entry.files, META_NAME))
         for kind, file, detail in entry_file_problems(store, entry, directory):
             report.problems.append(Problem(entry.key, entry.name, kind, file, detail))
         rkey = entry.extra.get("runtime_key")
         if entry.kind == "kernel" and rkey is not None and rkey not in runtimes:
             report.problems.append(Problem(entry.key, entry.name, NO_RUNTIME, detail=str(rkey)[:12]))
     if not problem:
-        report.problems.extend(view_problems(store, raw))
+        views = view_problems(store, raw)
+        report.problems.extend(views)
+        covered.update(store.layout.schema_root / VIEWS_DIR / p.file for p in views if p.file)
+    for path, kind in special_files(store):
+        if path not in covered:
+            report.problems.append(Problem("", "", SPECIAL, str(path), f"{kind}; `kernelforge cache repair` moves "
+                                                                      "it to quarantine/"))
     for directory, meta in store.unindexed():
         if meta is not None:
             report.problems.append(Problem(meta.key, meta.name, UNINDEXED, detail=str(directory)))
@@ -155,15 +167,59 @@ def signature_problems(store: CacheStore, entries: dict[str, Entry], report: Ver
 
 
 def entry_file_problems(store: CacheStore, entry: Entry, directory: Path) -> list[tuple[str, str, str]]:
-    """What is wrong with one entry on disk against `entry`: (problem, file, detail) each."""
+    """What is wrong with one entry on disk against `entry`: (problem, file, detail) each. A
+    tuning table whose files are intact must also follow the table schema."""
     out = file_problems(entry, directory)
     if out and out[0][0] == MISSING_DIR:
         return out
-    meta = store.read_meta(directory)
+    meta, why = store.read_meta_checked(directory)
     if meta is None or meta.to_json() != entry.to_json():
-        out.append((BAD_META, META_NAME, "missing or unusable" if meta is None
+        out.append((BAD_META, META_NAME, f"missing or unusable: {why}" if meta is None
                     else "records other metadata than the index"))
+    if not out and entry.kind == "tuning":
+        problem = table_problem(directory / entry.main_file)
+        if problem:
+            out.append((BAD_TABLE, entry.main_file, problem))
     return out
+
+
+def table_problem(path: Path) -> str | None:
+    """Why the tuning-table file `path` is not one the runtime would use (None: it is)."""
+    from kernelforge.runtime.table_schema import validate_table
+
+    try:
+        validate_table(json.loads(read_regular(path, max_artifact_bytes(), limit_env=ARTIFACT_LIMIT_ENV)))
+    except OSError as exc:
+        return f"unreadable ({exc.strerror or exc})"
+    except ValueError as exc:  # not JSON, or TableSchemaError naming the key path
+        return str(exc)
+    return None
+
+
+def special_files(store: CacheStore) -> list[tuple[Path, str]]:
+    """(path, what it is) of every FIFO, socket and device below the root, quarantine/ excepted:
+    found by lstat only, never opened (`cache repair` moves them to quarantine/)."""
+    out: list[tuple[Path, str]] = []
+    todo = [store.root]
+    while todo:
+        directory = todo.pop()
+        try:
+            with os.scandir(directory) as it:
+                found = sorted(it, key=lambda e: e.name, reverse=True)
+        except OSError:
+            continue
+        for item in found:
+            path = Path(item.path)
+            try:
+                st = item.stat(follow_symlinks=False)
+            except OSError:
+                continue
+            kind = special_kind(st.st_mode)
+            if kind is not None:
+                out.append((path, kind))
+            elif stat.S_ISDIR(st.st_mode) and path != store.layout.quarantine:
+                todo.append(path)
+    return sorted(out)
 
 
 def view_problems(store: CacheStore, raw: dict[str, dict[str, Any]]) -> list[Problem]:
@@ -176,7 +232,7 @@ def view_problems(store: CacheStore, raw: dict[str, dict[str, Any]]) -> list[Pro
         return [] if not raw else [Problem("", "", STALE_VIEWS, detail="no index file")]
     files, expected = dispatch_views(raw, generation or "", size)
     try:
-        manifest = json.loads((views / MANIFEST).read_text(encoding="utf-8"))
+        manifest = json.loads(read_regular(views / MANIFEST))
     except (OSError, ValueError) as exc:
         return [Problem("", "", STALE_VIEWS, MANIFEST, f"unreadable: {exc}")]
     if manifest != expected:
@@ -184,7 +240,7 @@ def view_problems(store: CacheStore, raw: dict[str, dict[str, Any]]) -> list[Pro
     out = []
     for name, payload in files.items():
         try:
-            ok = (views / "groups" / name).read_text(encoding="utf-8") == payload
+            ok = read_regular(views / "groups" / name, len(payload.encode())) == payload.encode()
         except OSError:
             ok = False
         if not ok:

@@ -89,7 +89,7 @@ def write_dispatch_views(index_path: Path, entries: dict[str, dict[str, Any]], g
     group_dir = index_path.parent / VIEWS_DIR / "groups"
     for name, payload in files.items():
         path = group_dir / name
-        if not path.exists() or (check_groups and (path.is_symlink() or path.read_bytes() != payload.encode())):
+        if not path.exists() or (check_groups and not _holds(path, payload.encode())):
             if path.is_symlink():
                 path.unlink()
             atomic_write_text(path, payload)
@@ -98,6 +98,16 @@ def write_dispatch_views(index_path: Path, entries: dict[str, dict[str, Any]], g
     for old in group_dir.glob("*.json"):
         if old.name not in files:
             old.unlink(missing_ok=True)
+
+
+def _holds(path: Path, payload: bytes) -> bool:
+    """Whether `path` is a regular file of exactly `payload` (a FIFO or symlink is never opened)."""
+    from kernelforge.cache.fsio import read_regular
+
+    try:
+        return read_regular(path, len(payload)) == payload
+    except OSError:
+        return False
 
 
 class DispatchViews:

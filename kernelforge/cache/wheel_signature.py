@@ -64,8 +64,13 @@ def signature_status(package_dir: Path, distribution: str) -> tuple[str | None, 
             raise SigningError("SHA256SUMS is not the one the signature covers")
         if hashlib.sha256(manifest).hexdigest() != st.get("manifest_sha256"):
             raise SigningError(f"{_MANIFEST} is not the one the signature covers")
-        with open(package_dir / _INDEX, "rb") as f:
-            head, size = f.read(64), os.fstat(f.fileno()).st_size
+        from kernelforge.cache.fsio import open_regular
+
+        fd, st_index = open_regular(package_dir / _INDEX, follow=True)  # never waits on a FIFO
+        try:
+            head, size = os.read(fd, 64), st_index.st_size
+        finally:
+            os.close(fd)
         if size != st.get("index_size") or _generation(head) != st.get("index_generation"):
             raise SigningError(f"{_INDEX} is not the one the signature covers")
     except (SigningError, OSError) as exc:

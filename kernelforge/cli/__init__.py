@@ -5,6 +5,7 @@ import sys
 from typing import Optional
 
 import typer
+import typer.core
 
 from . import build as _build
 from . import cache as _cache
@@ -16,9 +17,33 @@ from . import tune as _tune
 from . import validate as _validate
 from ._common import EXIT_CODES_HELP
 
+
+class OneLineErrors(typer.core.TyperGroup):
+    """The root command: a usage error (unknown option, missing or invalid value) is one line on
+    stderr naming the command and exits 2, as every other error does; typer would print a
+    multi-line box. Click's own handling is kept for everything else (`--help`, exit codes)."""
+
+    def main(self, args=None, prog_name=None, complete_var=None, standalone_mode=True, **extra):  # noqa: ANN001
+        if not standalone_mode:
+            return super().main(args, prog_name, complete_var, standalone_mode=False, **extra)
+        try:
+            code = super().main(args, prog_name, complete_var, standalone_mode=False, **extra)
+        except Exception as exc:
+            # click's ClickException (typer may vendor click: matched by shape, not by class)
+            if not (hasattr(exc, "format_message") and isinstance(getattr(exc, "exit_code", None), int)):
+                raise
+            where = exc.ctx.command_path if getattr(exc, "ctx", None) is not None else "kernelforge"
+            message = " ".join(exc.format_message().split())
+            typer.echo(f"error: {where}: {message} (see `{where} --help`)", err=True)
+            sys.exit(exc.exit_code)
+        if type(code).__name__ == "Abort":
+            sys.exit(1)
+        sys.exit(code if isinstance(code, int) else 0)
+
+
 app = typer.Typer(help="Ahead-of-time CuTe-DSL kernel builds and a versioned artifact cache.\n\n" + EXIT_CODES_HELP
                   + "\n\nKERNELFORGE_LOG=info|debug traces which build and tuning choice serves each call.",
-                  no_args_is_help=True, add_completion=True)
+                  no_args_is_help=True, add_completion=True, cls=OneLineErrors)
 
 
 def version_text() -> str:
@@ -86,7 +111,13 @@ def _main(version: Optional[bool] = typer.Option(None, "--version", "-V", callba
                                                  help="Show versions (kernelforge, toolchain, TVM-FFI ABI), the "
                                                       "default cache root and the local GPU's arch, and "
                                                       "exit.")) -> None:
-    pass
+    from kernelforge.cache.fsio import limits_problem
+
+    problem = limits_problem()  # the size caps every command that reads the cache applies
+    if problem:
+        from ._common import fail
+
+        fail(problem)
 
 
 app.command("build", epilog=EXIT_CODES_HELP)(_build.build)

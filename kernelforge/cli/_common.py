@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import difflib
+import sys
 from pathlib import Path
 from typing import Any, NoReturn, Sequence
 
@@ -9,6 +10,7 @@ import typer
 from rich.console import Console
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_INTERRUPTED, EXIT_TERMINATED = 0, 1, 2, 130, 143
+NOT_A_TERMINAL_WIDTH = 100_000  # columns of a console whose output is not a terminal: no wrapping
 
 EXIT_CODES_HELP = ("Exit codes (every command): 0 success; 1 a failure (a variant failed to build, a "
                    "verification problem, a refused entry); 2 a user error (bad arguments or values, an empty "
@@ -17,6 +19,13 @@ EXIT_CODES_HELP = ("Exit codes (every command): 0 success; 1 a failure (a varian
 
 def err_console() -> Console:
     return Console(stderr=True, highlight=False, soft_wrap=True)
+
+
+def out_console(**kwargs: Any) -> Console:
+    """The console of a command's stdout. Output that is not a terminal (a file, a pipe, a CI log)
+    is never wrapped or cut: tables get their natural width, every line stays whole."""
+    width = None if sys.stdout.isatty() else NOT_A_TERMINAL_WIDTH
+    return Console(highlight=False, width=width, **kwargs)
 
 
 def fail(message: str, code: int = EXIT_USAGE) -> NoReturn:

@@ -10,7 +10,6 @@ prints one machine-readable report on stdout (progress lines then go to stderr).
 """
 from __future__ import annotations
 
-import json
 import os
 import sys
 from dataclasses import dataclass
@@ -27,6 +26,7 @@ from ._common import fail
 from .progress import DEFAULT_INTERVAL_S, BarReporter, LineReporter, Reporter
 
 PROGRESS_ENV = "KERNELFORGE_PROGRESS_INTERVAL"
+MAX_JOBS = 1024  # compile workers take ~1 GB each: more is a typo, not a machine
 
 
 class BuildFormat(str, Enum):
@@ -55,7 +55,8 @@ def build(
     spec: Optional[List[str]] = typer.Option(None, "--spec", help="Spec file(s); default: the package's "
                                              "kernelforge/data/specs/*.toml."),
     arch: Optional[List[str]] = typer.Option(None, "--arch", help="Only these arches (e.g. sm_90a)."),
-    jobs: Optional[int] = typer.Option(None, "--jobs", "-j", min=1, help="Worker processes (default: CPU count)."),
+    jobs: Optional[int] = typer.Option(None, "--jobs", "-j", help="Worker processes, 1 to "
+                                       f"{MAX_JOBS} (default: CPU count)."),
     cache: Optional[str] = typer.Option(None, "--cache", help="Cache root (else $KERNELFORGE_CACHE_DIR, else cache/)."),
     only: Optional[List[str]] = typer.Option(None, "--only", help="Only variants whose name matches this glob."),
     verbose: bool = typer.Option(False, "--verbose", "-v", help="Print every variant's outcome and why it is "
@@ -102,7 +103,7 @@ def build(
                                 remote_mode.value if remote_mode is not None else None), tally)
     except (KeyboardInterrupt, Terminated) as exc:
         what, code = ("terminated", 143) if isinstance(exc, Terminated) else ("interrupted", 130)
-        Console(stderr=True).print(tally.line(what), highlight=False, markup=False)
+        Console(stderr=True, soft_wrap=True).print(tally.line(what), highlight=False, markup=False)
         raise typer.Exit(code) from None
 
 
@@ -160,6 +161,8 @@ def _build(o: BuildOptions, tally: _Tally) -> None:
     err = Console(stderr=True, highlight=False, soft_wrap=True)
     say = (lambda line: None) if o.quiet else (lambda line: out.print(line, markup=False))
     jobs, verbose, verify = o.jobs, o.verbose, o.verify
+    if jobs is not None and not 1 <= jobs <= MAX_JOBS:
+        fail(f"--jobs {jobs}: expected a number of worker processes from 1 to {MAX_JOBS}")
     try:
         shard_spec = parse_shard(o.shard) if o.shard is not None else None
         paths = resolve_spec_paths(o.spec)
@@ -188,7 +191,7 @@ def _build(o: BuildOptions, tally: _Tally) -> None:
         from .release import check_reproducible_cmd
 
         raise typer.Exit(check_reproducible_cmd(variants, store, sample=o.sample, jobs=jobs, shard=shard_spec,
-                                                out=out, err=err))
+                                                out=out, err=err, as_json=as_json))
     if o.dry_run:
         _dry_run(variants, store, o, shard_spec, out)
         return
@@ -269,8 +272,10 @@ def _build(o: BuildOptions, tally: _Tally) -> None:
             err.print(f"warning: the cache ({human_bytes(gc_report.bytes_after)}) stays over its size limit "
                       f"{human_bytes(limit)}: this build's selection alone is larger", markup=False)
     if as_json:
-        print(json.dumps({**report.to_dict(), "tuning_tables": tables,
-                          "gc": gc_report.to_dict() if gc_report is not None else None}, indent=1))
+        from .json_schemas import emit
+
+        emit("build", {**report.to_dict(), "dry_run": False, "tuning_tables": tables,
+                       "gc": gc_report.to_dict() if gc_report is not None else None})
     if push_remote:
         from .transfer import build_push
 
@@ -291,7 +296,9 @@ def _dry_run(variants, store: CacheStore, o: BuildOptions, shard_spec, out: Cons
         fail(str(exc))
     todo = [r for r in report.results if r.status == "would build"]
     if o.format == "json":
-        print(json.dumps({**report.to_dict(), "dry_run": True}, indent=1))
+        from .json_schemas import emit
+
+        emit("build", {**report.to_dict(), "dry_run": True, "tuning_tables": [], "gc": None})
         return
     for r in report.results:
         if r.status == "would build":

@@ -2,8 +2,6 @@
 entries to and from remote stores and offline bundles."""
 from __future__ import annotations
 
-import json
-import sys
 from enum import Enum
 from pathlib import Path
 from typing import List, Optional
@@ -16,11 +14,13 @@ from kernelforge.cache import CacheStore, clean, stats, verify
 from kernelforge.cache.entry import Entry
 from kernelforge.cache.layers import EXPLICIT_SOURCES, Layer, resolve_layers, verify_layer
 from kernelforge.cache.origin import origin_text
+from kernelforge.cli._common import out_console
 from kernelforge.config import resolve_cache_root
 from kernelforge.errors import CacheError
 
-app = typer.Typer(help="Inspect and manage the artifact cache (ls, stats, verify, repair, clean, gc, limit, merge, "
-                       "push, pull, export, import). Every command takes --format json.",
+app = typer.Typer(help="Inspect and manage the artifact cache (dir, ls, stats, verify, repair, clean, gc, limit, "
+                       "merge, push, pull, export, import). Every command takes --format json; those that change "
+                       "a cache (clean, gc, merge, push, pull, import) take --dry-run.",
                   no_args_is_help=True)
 
 CacheOpt = typer.Option(None, "--cache", help="Cache root (default: $KERNELFORGE_CACHE_DIR, the checkout's cache/, "
@@ -37,12 +37,11 @@ FormatOpt = typer.Option(Fmt.table, "--format", help="Output format.")
 
 def _out() -> Console:
     # Output that is not a terminal (grep, CI logs, files) is never wrapped or cut: every row whole.
-    width = None if sys.stdout.isatty() else 100_000
-    return Console(highlight=False, width=width)
+    return out_console()
 
 
 def _err() -> Console:
-    return Console(stderr=True, highlight=False)
+    return Console(stderr=True, highlight=False, soft_wrap=True)  # an error is one line, however long
 
 
 def _open(cache: Optional[Path], *, must_exist: bool = True) -> tuple[CacheStore, str]:
@@ -51,6 +50,12 @@ def _open(cache: Optional[Path], *, must_exist: bool = True) -> tuple[CacheStore
     if must_exist and not root.is_dir():
         what = "is not a directory" if root.exists() else "does not exist"
         _err().print(f"error: cache root {root} (from {source}) {what}", markup=False, soft_wrap=True)
+        raise typer.Exit(2)
+    probe = root
+    while not probe.exists() and probe.parent != probe:
+        probe = probe.parent
+    if not probe.is_dir():  # a file where the root (or a directory above it) would go: never a cache
+        _err().print(f"error: cache root {root} (from {source}): {probe} is not a directory", markup=False)
         raise typer.Exit(2)
     return CacheStore(root), source
 
@@ -92,6 +97,19 @@ def human_bytes(n: int) -> str:
     return f"{n} B"
 
 
+@app.command("dir")
+def dir_cmd(cache: Optional[Path] = CacheOpt, fmt: Fmt = FormatOpt) -> None:
+    """Print the cache root the commands use (as `pip cache dir`), resolved from --cache,
+    $KERNELFORGE_CACHE_DIR, the checkout's cache/ or ~/.cache/kernelforge; it need not exist yet."""
+    root, source = resolve_cache_root(cache)
+    if fmt is Fmt.json:
+        from .json_schemas import emit
+
+        emit("cache_dir", {"root": str(root), "root_source": source})
+        return
+    print(root)
+
+
 @app.command("ls")
 def ls_cmd(cache: Optional[Path] = CacheOpt, fmt: Fmt = FormatOpt) -> None:
     """List the cached entries of every layer (or of --cache alone), with the layer that serves each."""
@@ -109,9 +127,11 @@ def ls_cmd(cache: Optional[Path] = CacheOpt, fmt: Fmt = FormatOpt) -> None:
     first_store, first = layers[0]
     layered = first.source not in EXPLICIT_SOURCES
     if fmt is Fmt.json:
-        print(json.dumps({"root": str(first_store.root), "root_source": first.source,
+        from .json_schemas import emit
+
+        emit("cache_ls", {"root": str(first_store.root), "root_source": first.source,
                           "layers": [layer.to_dict() for _, layer in layers], "shadowed": shadowed,
-                          "entries": [{**e.to_json(), "layer": layer.label} for e, layer in rows]}, indent=1))
+                          "entries": [{**e.to_json(), "layer": layer.label} for e, layer in rows]})
         return
     console = _out()
     if layered:
@@ -141,8 +161,10 @@ def stats_cmd(cache: Optional[Path] = CacheOpt, fmt: Fmt = FormatOpt) -> None:
     reports = [(stats(store, keep_toolchain_id=keep_tc, keep_source_hashes=keep_src), layer) for store, layer in layers]
     if fmt is Fmt.json:
         report, layer = reports[0]
-        print(json.dumps({**report.to_dict(), "root_source": layer.source,
-                          "layers": [{**lay.to_dict(), **r.to_dict()} for r, lay in reports]}, indent=1))
+        from .json_schemas import emit, stats_body
+
+        emit("cache_stats", {**stats_body(report), "root_source": layer.source,
+                             "layers": [{**lay.to_dict(), **stats_body(r)} for r, lay in reports]})
         return
     console = _out()
     for report, layer in reports:
@@ -208,8 +230,10 @@ def verify_cmd(cache: Optional[Path] = CacheOpt, fmt: Fmt = FormatOpt) -> None:
     ok = all(report.ok and not layer.refused for _, layer, report in results)  # a refused wheel serves nothing
     if fmt is Fmt.json:
         store, layer, report = results[0]
-        print(json.dumps({**report.to_dict(), "root_source": layer.source,
-                          "layers": [{**lay.to_dict(), **r.to_dict()} for _, lay, r in results]}, indent=1))
+        from .json_schemas import emit
+
+        emit("cache_verify", {**report.to_dict(), "root_source": layer.source,
+                              "layers": [{**lay.to_dict(), **r.to_dict()} for _, lay, r in results]})
         raise typer.Exit(0 if ok else 1)
     console = _out()
     for store, layer, report in results:
@@ -255,7 +279,9 @@ def repair_cmd(cache: Optional[Path] = CacheOpt, fmt: Fmt = FormatOpt) -> None:
         raise typer.Exit(2)
     report = repair(store)
     if fmt is Fmt.json:
-        print(json.dumps({**report.to_dict(), "root_source": source}, indent=1))
+        from .json_schemas import emit
+
+        emit("cache_repair", {**report.to_dict(), "root_source": source})
         raise typer.Exit(1 if report.unfixable else 0)
     console = _out()
     _say_root(console, store, source)
@@ -318,9 +344,10 @@ def clean_cmd(
     all_: bool = typer.Option(False, "--all", help="Remove every entry."),
     stale: bool = typer.Option(False, "--stale", help="Remove entries this kernelforge would never serve: "
                                "built by another toolchain or from other kernel sources."),
+    dry_run: bool = typer.Option(False, "--dry-run", "-n", help="Remove nothing: list what would be removed."),
     fmt: Fmt = FormatOpt,
 ) -> None:
-    """Remove orphans (always), and every entry (--all) or stale entries (--stale)."""
+    """Remove orphans (always), and every entry (--all) or stale entries (--stale); --dry-run lists them."""
     store, source = _open(cache)
     console = _out() if fmt is Fmt.table else _err()
     _say_root(console, store, source)
@@ -334,19 +361,31 @@ def clean_cmd(
         keep_sources = {"", *(source_hash(op) for op in OP_SOURCES)}  # "": the shared runtime library
         console.print(f"current toolchain: {keep_toolchain_id}", markup=False)
     problem = store.writable_problem()
-    if problem:
+    if problem and not dry_run:
         _err().print(f"error: {problem}", markup=False, soft_wrap=True)
         raise typer.Exit(2)
     try:
-        report = clean(store, all=all_, keep_toolchain_id=keep_toolchain_id, keep_source_hashes=keep_sources)
+        report = clean(store, all=all_, keep_toolchain_id=keep_toolchain_id, keep_source_hashes=keep_sources,
+                       dry_run=dry_run)
     except CacheError as exc:
         _err().print(f"error: {exc}", markup=False, soft_wrap=True)
         raise typer.Exit(2) from None
     if fmt is Fmt.json:
-        print(json.dumps({**report.to_dict(), "root_source": source}, indent=1))
+        from .json_schemas import emit
+
+        emit("cache_clean", {**report.to_dict(), "root_source": source, "dry_run": dry_run})
         return
-    console.print(f"removed {len(report.removed)} entries ({human_bytes(report.removed_bytes)}) "
-                  f"and {len(report.orphans_removed)} orphan dirs", markup=False)
+    for note in report.notes:
+        console.print(f"note: {note}", markup=False, soft_wrap=True)
+    if dry_run:
+        names = {e.key: e.name for e in store.index().values()}
+        for key in report.removed:
+            console.print(f"would remove {names.get(key, '?')} [{key[:12]}]", markup=False, soft_wrap=True)
+        for path in report.orphans_removed:
+            console.print(f"would remove orphan dir {path}", markup=False, soft_wrap=True)
+    console.print(f"{'dry run: would remove' if dry_run else 'removed'} {len(report.removed)} entries "
+                  f"({human_bytes(report.removed_bytes)}) and {len(report.orphans_removed)} orphan dirs"
+                  + ("; nothing was removed" if dry_run else ""), markup=False)
 
 
 @app.command("gc")
@@ -355,8 +394,9 @@ def gc_cmd(
     max_size: Optional[str] = typer.Option(None, "--max-size", "-M", help="Evict least recently used kernels until "
                                            "the cache root holds at most SIZE (500M, 2G, 1.5GiB; default: "
                                            "$KERNELFORGE_CACHE_MAX_SIZE, else the configured `cache limit`)."),
-    older_than: Optional[str] = typer.Option(None, "--older-than", help="Evict kernels not used for AGE "
-                                             "(30d, 12h, 90m, 2w)."),
+    older_than: Optional[str] = typer.Option(None, "--older-than", help="Evict kernels not used for AGE, "
+                                             "with its unit: 30d, 12h, 45m, 90s, 2w (a bare number is "
+                                             "refused)."),
     dry_run: bool = typer.Option(False, "--dry-run", "-n", help="Only list what would be evicted."),
     fmt: Fmt = FormatOpt,
 ) -> None:
@@ -366,8 +406,12 @@ def gc_cmd(
 
     store, source = _open(cache)
     try:
+        age = parse_age(older_than) if older_than is not None else None
+    except ValueError as exc:
+        _err().print(f"error: --older-than: {exc}", markup=False)
+        raise typer.Exit(2) from None
+    try:
         limit, limit_source = effective_limit(store, max_size)
-        age = parse_age(older_than) if older_than else None
     except ValueError as exc:
         _err().print(f"error: {exc}", markup=False, soft_wrap=True)
         raise typer.Exit(2) from None
@@ -385,7 +429,9 @@ def gc_cmd(
         _err().print(f"error: {exc}", markup=False, soft_wrap=True)
         raise typer.Exit(2) from None
     if fmt is Fmt.json:
-        print(json.dumps({**report.to_dict(), "root_source": source, "limit_source": limit_source}, indent=1))
+        from .json_schemas import emit
+
+        emit("cache_gc", {**report.to_dict(), "root_source": source, "limit_source": limit_source})
         return
     console = _out()
     _say_root(console, store, source)
@@ -430,7 +476,10 @@ def limit_cmd(
         _err().print(f"error: {exc}", markup=False)
         raise typer.Exit(2) from None
     if fmt is Fmt.json:
-        print(json.dumps({"root": str(store.root), "max_size": limit, "source": limit_source}))
+        from .json_schemas import emit
+
+        emit("cache_limit", {"root": str(store.root), "root_source": source, "max_size": limit,
+                             "limit_source": limit_source})
         return
     _out().print(f"size limit of {store.root}: " + (f"{human_bytes(limit)} ({limit} bytes, from {limit_source})"
                                                     if limit else "none"), markup=False, soft_wrap=True)
@@ -484,11 +533,13 @@ def merge_cmd(
     trusted_keys: Optional[Path] = TrustedKeysOpt,
     allow_unsigned: bool = AllowUnsignedOpt,
     rebuild_sample: Optional[str] = RebuildSampleOpt,
+    dry_run: bool = typer.Option(False, "--dry-run", "-n", help="Write nothing: run every check (signatures, "
+                                 "files re-hashed, conflicts) and list what would be merged or refused."),
     fmt: Fmt = FormatOpt,
 ) -> None:
     """Merge source caches into the cache: verified copies of entries a trusted key signed,
     published atomically; identical keys skipped; conflicting bytes for one key refused and
-    quarantined (exit 1, both sha256s named)."""
+    quarantined (exit 1, both sha256s named). --dry-run writes nothing."""
     from kernelforge.cache.merge import merge
 
     authority = _authority(trusted_keys, allow_unsigned)
@@ -499,12 +550,14 @@ def merge_cmd(
         _err().print(f"error: source cache {missing[0]} is not a directory", markup=False, soft_wrap=True)
         raise typer.Exit(2)
     try:
-        report = merge(sources, store, authority, audit)
+        report = merge(sources, store, authority, audit, dry_run=dry_run)
     except CacheError as exc:
         _err().print(f"error: {exc}", markup=False, soft_wrap=True)
         raise typer.Exit(2) from None
     if fmt is Fmt.json:
-        print(json.dumps({**report.to_dict(), "root_source": source}, indent=1))
+        from .json_schemas import emit
+
+        emit("cache_merge", {**report.to_dict(), "root_source": source, "dry_run": dry_run})
         raise typer.Exit(0 if report.ok else 1)
     console = _out()
     _say_root(console, store, source)
@@ -514,9 +567,12 @@ def merge_cmd(
         console.print(f"{'CONFLICT' if refused.conflict else 'REFUSED'}: {refused}", markup=False, soft_wrap=True)
     for place in report.quarantined:
         console.print(f"quarantined the conflicting incoming copy: {place}", markup=False, soft_wrap=True)
-    console.print(f"merged {len(report.merged)}, identical {len(report.identical)}, conflicts "
-                  f"{len(report.conflicts)}, refused {len(report.refused) - len(report.conflicts)} "
-                  f"from {len(sources)} source(s)", markup=False)
+    for name in report.merged if dry_run else ():
+        console.print(f"would merge {name}", markup=False, soft_wrap=True)
+    console.print(f"{'dry run: would merge' if dry_run else 'merged'} {len(report.merged)}, identical "
+                  f"{len(report.identical)}, conflicts {len(report.conflicts)}, refused "
+                  f"{len(report.refused) - len(report.conflicts)} from {len(sources)} source(s)"
+                  + ("; nothing was written" if dry_run else ""), markup=False)
     if not report.ok:
         raise typer.Exit(1)
 
@@ -529,20 +585,27 @@ OnlyOpt = typer.Option(None, "--only", help="Only entries whose name (or key) ma
 
 @app.command("push")
 def push_cmd(url: str = typer.Argument(..., help="fsspec URL: file://, s3://, gs:// (HTTP is read-only)."),
-             cache: Optional[Path] = CacheOpt, only: Optional[list[str]] = OnlyOpt, fmt: Fmt = FormatOpt) -> None:
+             cache: Optional[Path] = CacheOpt, only: Optional[list[str]] = OnlyOpt,
+             dry_run: bool = typer.Option(False, "--dry-run", "-n", help="Upload nothing: re-hash the local "
+                                          "entries, read the remote, list what would be pushed."),
+             fmt: Fmt = FormatOpt) -> None:
     """Upload the entries the remote lacks (blobs, then the entry, then the remote index)."""
     from kernelforge.cache.remote import push
     from kernelforge.cli import transfer
 
     store, _ = _open(cache)
-    transfer.show(transfer.run(push, store, url, only=only), _out(), as_json=fmt is Fmt.json)
+    transfer.show(transfer.run(push, store, url, only=only, dry_run=dry_run), _out(), as_json=fmt is Fmt.json)
 
 
 @app.command("pull")
 def pull_cmd(url: str = typer.Argument(..., help="fsspec URL: file://, s3://, gs://, http(s)://."),
              cache: Optional[Path] = CacheOpt, only: Optional[list[str]] = OnlyOpt,
              trusted_keys: Optional[Path] = TrustedKeysOpt, allow_unsigned: bool = AllowUnsignedOpt,
-             rebuild_sample: Optional[str] = RebuildSampleOpt, fmt: Fmt = FormatOpt) -> None:
+             rebuild_sample: Optional[str] = RebuildSampleOpt,
+             dry_run: bool = typer.Option(False, "--dry-run", "-n", help="Write nothing: read the remote's "
+                                          "index and signatures, check each entry (signature, conflicts), list "
+                                          "what would be pulled; no file is downloaded."),
+             fmt: Fmt = FormatOpt) -> None:
     """Download the entries this cache lacks that a trusted key signed; every file is re-hashed
     before it is published; a key held with other bytes is a conflict (quarantined, exit 1)."""
     from kernelforge.cache.remote import pull
@@ -550,8 +613,8 @@ def pull_cmd(url: str = typer.Argument(..., help="fsspec URL: file://, s3://, gs
 
     authority, audit = _authority(trusted_keys, allow_unsigned), _auditor(rebuild_sample)
     store, _ = _open(cache, must_exist=False)
-    transfer.show(transfer.run(pull, store, url, only=only, authority=authority, audit=audit), _out(),
-                  as_json=fmt is Fmt.json)
+    transfer.show(transfer.run(pull, store, url, only=only, authority=authority, audit=audit, dry_run=dry_run),
+                  _out(), as_json=fmt is Fmt.json)
 
 
 @app.command("export")
@@ -570,7 +633,11 @@ def import_cmd(file: Path = typer.Argument(..., help="A bundle written by `cache
                cache: Optional[Path] = CacheOpt,
                verify_after: bool = typer.Option(False, "--verify", help="Then verify the whole cache."),
                trusted_keys: Optional[Path] = TrustedKeysOpt, allow_unsigned: bool = AllowUnsignedOpt,
-               rebuild_sample: Optional[str] = RebuildSampleOpt, fmt: Fmt = FormatOpt) -> None:
+               rebuild_sample: Optional[str] = RebuildSampleOpt,
+               dry_run: bool = typer.Option(False, "--dry-run", "-n", help="Write nothing: check the bundle "
+                                            "and each entry (members, signatures, files re-hashed, conflicts), "
+                                            "list what would be imported."),
+               fmt: Fmt = FormatOpt) -> None:
     """Import a bundle's entries this cache lacks that a trusted key signed: safe members only,
     every file re-hashed; a key held with other bytes is a conflict (quarantined, exit 1)."""
     from kernelforge.cache.bundle import import_bundle
@@ -578,8 +645,10 @@ def import_cmd(file: Path = typer.Argument(..., help="A bundle written by `cache
 
     authority, audit = _authority(trusted_keys, allow_unsigned), _auditor(rebuild_sample)
     store, _ = _open(cache, must_exist=False)
-    report = transfer.run(import_bundle, store, file, authority=authority, audit=audit)
-    checked = verify(store) if verify_after else None
+    report = transfer.run(import_bundle, store, file, authority=authority, audit=audit, dry_run=dry_run)
+    if verify_after and dry_run:
+        report.notes.append("verify: skipped (--dry-run imported nothing)")
+    checked = verify(store) if verify_after and not dry_run else None
     if checked is not None:
         report.notes.extend(f"verify: {p}" for p in checked.problems)
         report.notes.append(f"verify: {'OK' if checked.ok else 'FAILED'} ({checked.entries} entries)")

@@ -1,7 +1,6 @@
 """`kernelforge explain`: why a variant is (not) cached, or which build serves a call and why."""
 from __future__ import annotations
 
-import json
 from enum import Enum
 from pathlib import Path
 from typing import Any, List, Optional
@@ -44,12 +43,17 @@ def explain(
     layers = resolve_layers(cache)
     if cache is not None and not layers[0].root.is_dir():
         fail(f"cache root {layers[0].root} does not exist")
-    if target in OP_SOURCES:
-        code = _explain_call(target, args or [], layers, fmt)
-    else:
-        if args:
-            fail(f"{target!r} is not an op ({', '.join(sorted(OP_SOURCES))}); call arguments follow an op name")
-        code = _explain_variants(target, spec, arch, layers, fmt)
+    from kernelforge.errors import CacheError
+
+    try:
+        if target in OP_SOURCES:
+            code = _explain_call(target, args or [], layers, fmt)
+        else:
+            if args:
+                fail(f"{target!r} is not an op ({', '.join(sorted(OP_SOURCES))}); call arguments follow an op name")
+            code = _explain_variants(target, spec, arch, layers, fmt)
+    except CacheError as exc:  # an untrusted or unreadable cache: the runtime would refuse it too
+        fail(str(exc))
     raise typer.Exit(code)
 
 
@@ -81,6 +85,11 @@ def _explain_variants(pattern: str, spec: Optional[List[str]], arch: Optional[Li
     from kernelforge.sources import source_hash
 
     stores = [(CacheStore(layer.root), layer) for layer in layers if layer.root.is_dir()]
+    from kernelforge.cache.trust import TrustedRoot
+
+    for store, layer in stores:  # a cache the runtime refuses to read serves nothing: say so (UntrustedCache)
+        if layer.source != "wheel" and store.layout.schema_root.is_dir():
+            TrustedRoot(store.root).open_dir([store.layout.schema_root.name])
     indexes = [(store.index(), layer) for store, layer in stores]
     results = []
     for v in variants:
@@ -109,7 +118,9 @@ def _explain_variants(pattern: str, spec: Optional[List[str]], arch: Optional[Li
                                  else f"not built; nearest cached build: {near.name}")
         results.append(row)
     if fmt is Fmt.json:
-        print(json.dumps({"variants": results}, indent=1))
+        from .json_schemas import emit
+
+        emit("explain_variants", {"variants": results})
     else:
         out = Console(highlight=False, soft_wrap=True)
         for row in results:
@@ -197,7 +208,9 @@ def _explain_call(op: str, args: List[str], layers: list, fmt: Fmt) -> int:
                       "lacks the pass)")
     ex = explain_call(table, op, kv, capability, k, FORMATS[fmt_name].block, align, stride_bytes, m, device)
     if fmt is Fmt.json:
-        print(json.dumps({**ex.to_dict(), "staged": staged}, indent=1))
+        from .json_schemas import emit
+
+        emit("explain_call", {**ex.to_dict(), "staged": staged})
     else:
         out = Console(highlight=False, soft_wrap=True)
         desc = ", ".join(f"{a}={v}" for a, v in sorted(kv.items()))

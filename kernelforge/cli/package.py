@@ -46,6 +46,10 @@ def package(
     if not (root / "v1").is_dir():
         typer.echo(f"error: cache root {root} (from {source}) holds no cache; run `kernelforge build` first", err=True)
         raise typer.Exit(2)
+    problem = _out_problem(out)
+    if problem:
+        typer.echo(f"error: --out {out}: {problem}", err=True)
+        raise typer.Exit(2)
     store = CacheStore(root)
     try:
         wheels = plan_wheels(store, arch or None, distributions=dist or None)
@@ -63,6 +67,30 @@ def package(
         except (CacheError, ValueError) as exc:
             typer.echo(f"error: {wheel.distribution}: {exc}", err=True)
             raise typer.Exit(1) from None
+        except OSError as exc:  # --out filled up or went away meanwhile
+            typer.echo(f"error: {wheel.distribution}: cannot write the wheel into --out {out}: "
+                       f"{exc.strerror or exc}" + (f" ({exc.filename})" if exc.filename else ""), err=True)
+            raise typer.Exit(2) from None
         typer.echo(f"{written.path}: {written.kernels} kernels, {written.runtimes} runtime libraries, "
                    f"{written.tuning} tuning tables, {written.bytes / 2**20:.1f} MiB, "
                    + (f"signed by key {signer.public.key_id}" if signer else "UNSIGNED"))
+
+
+def _out_problem(out: Path) -> str | None:
+    """Why the wheels cannot be written into `out` (created if missing), or None: checked before any
+    wheel is assembled, by creating and removing a file there (permission bits do not stop root;
+    an immutable directory or /proc does)."""
+    import tempfile
+
+    if out.exists() and not out.is_dir():
+        return "expected a directory to write the wheels into; it exists and is not a directory"
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        return f"cannot create the directory ({exc.strerror or exc})"
+    try:
+        with tempfile.NamedTemporaryFile(dir=out, prefix=".kernelforge-probe-"):
+            pass
+    except OSError as exc:
+        return f"cannot write into the directory ({exc.strerror or exc})"
+    return None

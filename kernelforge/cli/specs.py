@@ -1,7 +1,6 @@
 """`kernelforge specs ...`: inspect the variants the spec files enumerate."""
 from __future__ import annotations
 
-import json
 from enum import Enum
 from pathlib import Path
 from typing import Any
@@ -87,7 +86,7 @@ def show(
     every variant with every axis; --format json gives every variant.
 
     Exit codes: 0 shown, 2 bad spec files or arguments, or a selection matching nothing."""
-    from kernelforge.cli._common import fail, select_or_exit
+    from kernelforge.cli._common import fail, out_console, select_or_exit
 
     try:
         paths: list[Path] = resolve_spec_paths(spec)
@@ -96,10 +95,12 @@ def show(
     variants = select_or_exit(paths, only, arch)
     count = f"{len(variants)} variants from {len(paths)} spec file(s)"
     if format is OutputFormat.json:
-        typer.echo(json.dumps({"count": len(variants), "spec_files": [str(p) for p in paths],
-                               "variants": [_variant_json(v) for v in variants]}, indent=2))
+        from .json_schemas import emit
+
+        emit("specs_show", {"count": len(variants), "spec_files": [str(p) for p in paths],
+                            "variants": [_variant_json(v) for v in variants]})
         return
-    console = Console()
+    console = out_console()  # not a terminal (a file, a pipe): never wrapped
     if not wide:
         console.print(_summary(variants))
         console.print(f"{count}; --wide lists every variant, --format json every field", highlight=False)
@@ -108,5 +109,5 @@ def show(
     # Never squeeze the columns: ellipsized names and values are useless here (--wide asked for it).
     natural = console.measure(table, options=console.options.update_width(10_000)).maximum
     width = max(console.width, natural)
-    Console(width=width).print(table)
+    Console(width=width, highlight=False).print(table)
     console.print(count)

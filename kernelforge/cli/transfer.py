@@ -1,7 +1,6 @@
 """Printing and exit codes of the transfer commands (cache push/pull/export/import, build --remote)."""
 from __future__ import annotations
 
-import json
 from typing import Any, Callable, Sequence
 
 import typer
@@ -27,16 +26,22 @@ def run(fn: Callable[..., TransferReport], *args: Any, **kwargs: Any) -> Transfe
 def show(report: TransferReport, console: Console, *, as_json: bool = False) -> None:
     """Print a report (refusals first, then one summary line); exit 1 if anything was refused."""
     if as_json:
-        print(json.dumps(report.to_dict(), indent=1))
+        from .json_schemas import emit
+
+        emit(f"cache_{report.action}", {**report.to_dict(), "dry_run": report.dry_run})
     else:
         for note in report.notes:
             console.print(f"note: {note}", markup=False, soft_wrap=True)
         for refusal in report.refused:
             console.print(f"REFUSED: {refusal}", markup=False, soft_wrap=True)
+        for name in report.transferred if report.dry_run else ():
+            console.print(f"would {report.action} {name}", markup=False, soft_wrap=True)
         moved = f"{report.files} file(s), {report.bytes} bytes"
-        console.print(f"{report.action} {report.source} -> {report.dest}: {len(report.transferred)} entries "
-                      f"transferred ({moved}), {len(report.present)} already there, {len(report.refused)} refused, "
-                      f"of {report.selected} selected", markup=False, soft_wrap=True)
+        what = "would be transferred" if report.dry_run else "transferred"
+        console.print(f"{'dry run: ' if report.dry_run else ''}{report.action} {report.source} -> {report.dest}: "
+                      f"{len(report.transferred)} entries {what} ({moved}), {len(report.present)} already there, "
+                      f"{len(report.refused)} refused, of {report.selected} selected"
+                      + ("; nothing was written" if report.dry_run else ""), markup=False, soft_wrap=True)
     if not report.ok:
         raise typer.Exit(1)
 

@@ -124,7 +124,8 @@ def write_wheel(out_dir: Path, name: str, version: str, tag: Tag, files: Mapping
     tmp_dir = Path(tempfile.mkdtemp(prefix=".wheel-", dir=out_dir))
     tmp = tmp_dir / filename
     try:
-        with _FixedTimeWheelFile(tmp, date_time) as wf:
+        wf = _FixedTimeWheelFile(tmp, date_time)
+        try:
             info_dir = wf.dist_info_path
             dist_files = {f"{info_dir}/METADATA": meta, f"{info_dir}/WHEEL": wheel,
                           f"{info_dir}/entry_points.txt": eps}
@@ -132,7 +133,23 @@ def write_wheel(out_dir: Path, name: str, version: str, tag: Tag, files: Mapping
                 wf.writestr(member_info(path, f.executable, date_time), f.data)
             for path, text in sorted(dist_files.items()):
                 wf.writestr(member_info(path, False, date_time), text.encode("utf-8"))
+            wf.close()
+        except BaseException:
+            _abandon(wf)
+            raise
         tmp.replace(target)
     finally:
         shutil.rmtree(tmp_dir, ignore_errors=True)
     return target
+
+
+def _abandon(wf: zipfile.ZipFile) -> None:
+    """Close a zip being written without finishing it (after a failed write, e.g. a full disk):
+    close() would write RECORD and the central directory again, fail again, and leave the file to
+    the garbage collector, whose close() prints the error as "Exception ignored"."""
+    fp, wf.fp = wf.fp, None  # close() and __del__ return at once without fp
+    if fp is not None:
+        try:
+            fp.close()
+        except OSError:
+            pass

@@ -56,7 +56,7 @@ class Verdict:
     why: str
 
     def to_dict(self) -> dict[str, Any]:
-        return dict(self.__dict__)
+        return {**self.__dict__, "status": self.status.replace(" ", "_")}  # JSON: "passed_over"
 
 
 @dataclass

@@ -23,9 +23,8 @@ from typing import Any, Mapping
 
 from ..families import builtin_families, find_family
 from ..sources import source_hash
+from .table_schema import M_BUCKETS, SCHEMA, validate_table  # noqa: F401  (SCHEMA, M_BUCKETS: re-exported)
 
-SCHEMA = 1
-M_BUCKETS = (256, 4096)  # upper bounds of M for the first buckets; the last bucket is open
 BUCKET_SAMPLE_M = (128, 2048, 16384)  # the M that `kernelforge tune` times for each bucket
 # The built-in ops that have tuning axes, and those axes (from their op families).
 TUNING_AXES = {name: f.tuning_axes for name, f in builtin_families().items() if f.tuning_axes}
@@ -53,8 +52,9 @@ class TuningTable:
     """A parsed tuning table: (group, K-class, M bucket) -> the winning tuning values."""
 
     def __init__(self, data: Mapping[str, Any]) -> None:
-        if data.get("schema") != SCHEMA or tuple(data.get("m_buckets", ())) != M_BUCKETS:
-            raise ValueError("tuning table: unknown schema or M buckets")
+        """Raises TableSchemaError (a ValueError) naming the key path of `data` that is wrong
+        (`kernelforge.runtime.table_schema`)."""
+        validate_table(data)
         self.device: str = data["device"]
         self.arch: str = data["arch"]
         self.sources: dict[str, str] = dict(data["sources"])
@@ -71,7 +71,11 @@ class TuningTable:
 
     @classmethod
     def read(cls, path: str | Path) -> TuningTable:
-        return cls(json.loads(Path(path).read_text(encoding="utf-8")))
+        """The table in the file `path`: OSError (a FIFO or device is never opened, see
+        `kernelforge.cache.fsio.read_regular`), ValueError if it is not JSON or not a table."""
+        from ..cache.fsio import read_regular
+
+        return cls(json.loads(read_regular(path, follow=True)))
 
 
 def table_entries_for(entries: list[dict[str, Any]], device: str, arch_name: str, op: str) -> list[dict[str, Any]]:
@@ -80,8 +84,11 @@ def table_entries_for(entries: list[dict[str, Any]], device: str, arch_name: str
     want = source_hash(op)
     mine = []
     for e in entries:
-        axes = (e.get("variant") or {}).get("axes") or {}
-        sources = axes.get("sources") or {}
-        if axes.get("device") == device and axes.get("arch") == arch_name and sources.get(op) == want:
+        variant = e.get("variant")
+        axes = variant.get("axes") if isinstance(variant, dict) else None
+        axes = axes if isinstance(axes, dict) else {}
+        sources = axes.get("sources")
+        if (axes.get("device") == device and axes.get("arch") == arch_name and isinstance(sources, dict)
+                and sources.get(op) == want):
             mine.append((str(axes.get("measured", "")), str(e.get("created", "")), e))
     return [t[2] for t in sorted(mine, key=lambda t: t[:2], reverse=True)]

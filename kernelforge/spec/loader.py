@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import itertools
 import os
+import stat
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
@@ -190,9 +191,14 @@ def load_spec(path: str | os.PathLike[str]) -> Spec:
     """
     p = str(path)
     try:
+        if not stat.S_ISREG(os.stat(path).st_mode):  # a FIFO or device would block or never end
+            raise SpecError(f"{p}: cannot read spec file: not a regular file")
         text = Path(path).read_text(encoding="utf-8")
     except OSError as e:
         raise SpecError(f"{p}: cannot read spec file: {e.strerror or e}") from None
+    except UnicodeDecodeError as e:
+        raise SpecError(f"{p}: not a UTF-8 text file (byte 0x{e.object[e.start]:02x} at offset {e.start}); "
+                        "a spec file is TOML text") from None
     f = _File(p, text)
     try:
         doc = tomllib.loads(text)

@@ -7,12 +7,14 @@ from __future__ import annotations
 
 import hashlib
 import json
+import shutil
 from pathlib import Path
 from typing import Any
 
 from ..cache import CacheStore
-from ..errors import CacheNotWritable
-from ..runtime.tuning import TuningTable
+from ..cache.fsio import ARTIFACT_LIMIT_ENV, max_artifact_bytes, read_regular, write_failure
+from ..errors import CacheError, CacheNotWritable
+from ..runtime.table_schema import TableSchemaError, validate_table
 
 
 def table_key(data: dict[str, Any]) -> str:
@@ -21,23 +23,35 @@ def table_key(data: dict[str, Any]) -> str:
 
 
 def publish_table(store: CacheStore, data: dict[str, Any]) -> str:
-    """Publish a tuning table into the cache as an entry of kind "tuning"; return its key."""
+    """Publish a tuning table into the cache as an entry of kind "tuning"; return its key.
+
+    Raises TableSchemaError (a ValueError) naming the key path if `data` is not a tuning table,
+    CacheError in one line if the cache cannot take it (a full disk: nothing of it is left behind)."""
+    validate_table(data)
     key = table_key(data)
-    staging = store.staging_dir()
-    # What the runtime parses on a process's first call, compact (0.35 ms instead of 1.8 ms
-    # for the H100 table); the per-candidate timings go to a file of their own.
-    lean = {k: v for k, v in data.items() if k != "timings_us"}
-    (staging / "table.json").write_text(json.dumps(lean, separators=(",", ":"), sort_keys=True), encoding="utf-8")
-    (staging / "timings.json").write_text(json.dumps(data.get("timings_us", {}), indent=1, sort_keys=True),
-                                          encoding="utf-8")
     slug = "".join(ch if ch.isalnum() else "_" for ch in data["device"]).strip("_").lower()
-    # The table names builds by their tuning values, not by key, so it stays valid for any
-    # toolchain that builds the same kernel sources (the runtime checks those per op).
-    store.publish(key, staging, kind="tuning", op="tuning", name=f"tuning.{slug}.{data['arch']}",
-                  variant={"axes": {"device": data["device"], "arch": data["arch"], "measured": data["created"],
-                                    "sources": data["sources"]}, "kclass": {}},
-                  arch=data["arch"], toolchain_id=data.get("toolchain_id", ""), toolchain={}, source_hash="",
-                  main_file="table.json", build_time_s=0.0)
+    name = f"tuning.{slug}.{data['arch']}"
+    staging = None
+    try:
+        staging = store.staging_dir()
+        # What the runtime parses on a process's first call, compact (0.35 ms instead of 1.8 ms
+        # for the H100 table); the per-candidate timings go to a file of their own.
+        lean = {k: v for k, v in data.items() if k != "timings_us"}
+        (staging / "table.json").write_text(json.dumps(lean, separators=(",", ":"), sort_keys=True),
+                                            encoding="utf-8")
+        (staging / "timings.json").write_text(json.dumps(data.get("timings_us", {}), indent=1, sort_keys=True),
+                                              encoding="utf-8")
+        # The table names builds by their tuning values, not by key, so it stays valid for any
+        # toolchain that builds the same kernel sources (the runtime checks those per op).
+        store.publish(key, staging, kind="tuning", op="tuning", name=name,
+                      variant={"axes": {"device": data["device"], "arch": data["arch"], "measured": data["created"],
+                                        "sources": data["sources"]}, "kclass": {}},
+                      arch=data["arch"], toolchain_id=data.get("toolchain_id", ""), toolchain={}, source_hash="",
+                      main_file="table.json", build_time_s=0.0)
+    except OSError as exc:
+        if staging is not None:
+            shutil.rmtree(staging, ignore_errors=True)
+        raise CacheError(write_failure(exc, f"tuning table {name} into the cache {store.root}")) from None
     return key
 
 
@@ -50,9 +64,14 @@ def import_table(store: CacheStore, path: Path, *, verify: bool = False) -> str:
     from ..build.freshness import entry_damage
 
     try:
-        data = json.loads(Path(path).read_text(encoding="utf-8"))
-        TuningTable(data)
-    except (OSError, ValueError, KeyError, TypeError) as exc:
+        data = json.loads(read_regular(path, max_artifact_bytes(), follow=True, limit_env=ARTIFACT_LIMIT_ENV))
+    except OSError as exc:
+        raise ValueError(f"{path}: cannot be read ({exc.strerror or exc})") from None
+    except ValueError as exc:
+        raise ValueError(f"{path}: not a kernelforge tuning table (not JSON: {exc})") from None
+    try:
+        validate_table(data)
+    except TableSchemaError as exc:
         raise ValueError(f"{path}: not a kernelforge tuning table ({exc})") from None
     name = f"tuning.{data['device']}.{data['arch']}"
     key = table_key(data)

@@ -29,7 +29,7 @@ def test_dry_run_lists_what_the_build_builds_and_json_matches_the_cache(tmp_path
     dry = subprocess.run(kf_cmd("build", *sel, "--dry-run", "--format", "json"), capture_output=True, text=True,
                          env=cli_env(), cwd=REPO)
     assert dry.returncode == 0, dry.stderr
-    planned = {v["name"] for v in json.loads(dry.stdout)["variants"] if v["status"] == "would build"}
+    planned = {v["name"] for v in json.loads(dry.stdout)["variants"] if v["status"] == "would_build"}
     assert planned == set(NAMES)
     assert not (root / "v1" / "index.json").exists()  # a dry run writes nothing
     # Not a terminal: plain progress lines within the period (0.2 s here; 30 s by default).

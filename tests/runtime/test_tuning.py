@@ -134,9 +134,9 @@ def test_table_entries_are_listed_verified_and_survive_clean_stale(cache, tmp_pa
 
 
 def test_table_schema_is_checked():
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="^m_buckets: expected"):
         TuningTable({**_table({}), "m_buckets": [1, 2, 3]})
-    with pytest.raises(KeyError):
+    with pytest.raises(ValueError, match="^device: missing"):
         TuningTable({"schema": SCHEMA, "m_buckets": list(M_BUCKETS)})
 
 
