@@ -91,6 +91,8 @@ def export_bundle(store: CacheStore, path: str | os.PathLike[str], *, only: Iter
         raise TransferError(f"bundle {dest} is a directory; give the file to write, e.g. {dest / 'kernels.tar.gz'}")
     if dest.exists() and not dest.is_file():
         raise TransferError(f"bundle {dest} exists and is not a regular file")
+    if dest.resolve().is_relative_to(store.root.resolve()):
+        raise TransferError(f"bundle {dest} is inside the cache it exports ({store.root}); write it elsewhere")
     report = TransferReport("export", str(store.root), str(dest))
     selected = select_entries(store.index(fresh=True), only=only, keys=keys)
     report.selected = len(selected)

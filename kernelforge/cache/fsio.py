@@ -63,6 +63,7 @@ ARTIFACT_LIMIT_ENV = "KERNELFORGE_MAX_ARTIFACT_BYTES"
 INDEX_LIMIT_ENV = "KERNELFORGE_MAX_INDEX_BYTES"
 DEFAULT_MAX_ARTIFACT_BYTES = 256 * 2**20  # per file of an entry (the largest real module is ~1 MB)
 DEFAULT_MAX_INDEX_BYTES = 256 * 2**20  # an index (cache, bundle or remote) or a meta.json
+MIN_LIMIT_BYTES = 2**20  # the smallest cap accepted: a real meta.json is a few KB
 _CHUNK = 1 << 20
 
 
@@ -111,8 +112,9 @@ def _limit(env: str, default: int) -> int:
         limit = parse_size(value)
     except ValueError:
         limit = 0
-    if limit <= 0:
-        raise CacheError(f"${env}={value!r}: expected a positive size in bytes (e.g. 268435456, 256MiB, 1G)")
+    if limit < MIN_LIMIT_BYTES:
+        # A cap below any real metadata file would make every entry look damaged (and debris to `clean`).
+        raise CacheError(f"${env}={value!r}: expected a size of at least 1MiB (e.g. 268435456, 256MiB, 1G)")
     return limit
 
 

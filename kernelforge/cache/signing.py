@@ -110,17 +110,25 @@ def parse_public_keys(text: str, where: str) -> list[PublicKey]:
 
 
 def _read_small(path: Path, what: str, limit: int = 1 << 20) -> bytes:
-    """A regular file's bytes, opened without blocking (a FIFO is refused, never waited on)."""
+    """A regular file's bytes, opened without blocking (a FIFO is refused, never waited on; a
+    directory or device is refused before it is read)."""
     import stat
 
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
     except OSError as exc:
         raise SigningError(f"{what} {path}: {exc.strerror}") from None
-    with os.fdopen(fd, "rb") as f:
-        if not stat.S_ISREG(os.fstat(f.fileno()).st_mode):
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
             raise SigningError(f"{what} {path}: not a regular file")
-        data = f.read(limit + 1)
+        with os.fdopen(fd, "rb") as f:
+            fd = -1
+            data = f.read(limit + 1)
+    except OSError as exc:
+        raise SigningError(f"{what} {path}: {exc.strerror}") from None
+    finally:
+        if fd >= 0:
+            os.close(fd)
     if len(data) > limit:
         raise SigningError(f"{what} {path}: larger than {limit} bytes")
     return data
@@ -173,6 +181,10 @@ def generate_key(path: Path, comment: str = "") -> PublicKey:
                                 serialization.NoEncryption())
     raw = private.public_key().public_bytes(serialization.Encoding.Raw, serialization.PublicFormat.Raw)
     public = PublicKey(raw, comment)
+    if not str(path) or not path.name or path.is_dir():
+        raise SigningError(f"key path {str(path)!r}: expected a file name to write the private key to")
+    if not path.parent.is_dir():
+        raise SigningError(f"key path {path}: directory {path.parent} does not exist")
     pub_path = path.with_name(path.name + ".pub")
     for target in (path, pub_path):
         if target.exists() or target.is_symlink():

@@ -177,6 +177,12 @@ def _explain_call(op: str, args: List[str], layers: list, fmt: Fmt) -> int:
         fail(str(exc))
     if k <= 0:
         fail("give the input's shape: shape=MxK (or k=K)")
+    if m < 0:
+        fail(f"m={m}: expected a number of rows >= 0")
+    if align <= 0 or align & (align - 1):
+        fail(f"align={align}: expected the pointer's alignment in bytes, a power of two (e.g. 16, 256)")
+    if stride is not None and (not stride.isdigit() or int(stride) <= 0):
+        fail(f"stride={stride}: expected the row stride in bytes, a positive integer")
     if "dtype" in kv:
         kv["dtype"] = DTYPES.get(kv["dtype"], kv["dtype"])
     fmt_name = kv.get("format", "")

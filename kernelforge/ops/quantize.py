@@ -1,6 +1,7 @@
 """`kernelforge.quantize` and `kernelforge.nvfp4_global_scale`: validate, allocate, dispatch."""
 from __future__ import annotations
 
+import math
 from typing import Optional
 
 import torch
@@ -85,7 +86,7 @@ def quantize(
     if k and x.stride(-1) != 1:
         raise ValueError(f"x: the last dimension must be contiguous (stride 1), got stride {x.stride(-1)}")
 
-    x2 = x if len(shape) == 2 else x.reshape(-1, k)
+    x2 = x if len(shape) == 2 else x.reshape(math.prod(shape[:-1]), k)  # -1 fails when K = 0
     m = x2.shape[0]
     d_shape, s_shape = c.output_shapes(fmt, shape, m, layout)
     data, scale = c.output_buffers(out, device, d_shape, s_shape, data_dtype, scale_dtype,

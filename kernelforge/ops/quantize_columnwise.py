@@ -2,6 +2,7 @@
 allocate, dispatch to the `quantize_columnwise` kernels (one launch reads x once)."""
 from __future__ import annotations
 
+import math
 from typing import Any, Optional
 
 import torch
@@ -63,7 +64,7 @@ def run(x: torch.Tensor, fmt: Format, mode: str, layout: str, data_dtype: torch.
     device = x.device
     if rowwise and k % b:
         raise ValueError(f"x: K = {k} (the last dimension) must be a multiple of the {fmt.name} block size B = {b}")
-    x2 = x if len(shape) == 2 else x.reshape(-1, k)
+    x2 = x if len(shape) == 2 else x.reshape(math.prod(shape[:-1]), k)  # -1 fails when K = 0
     m = x2.shape[0]
     if m % b:
         raise ValueError(f"x: M = {m} (the flattened leading dimensions) must be a multiple of the {fmt.name} "

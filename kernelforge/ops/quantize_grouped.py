@@ -230,6 +230,9 @@ def group_offsets_valid(group_offsets: torch.Tensor, t: int) -> torch.Tensor:
     `assert ok`) where a sync is acceptable, or fold it into a flag checked later."""
     if not isinstance(group_offsets, torch.Tensor) or group_offsets.dim() != 1 or group_offsets.numel() == 0:
         raise ValueError("group_offsets: expected a non-empty 1-D tensor [G] of cumulative group ends")
+    if group_offsets.dtype not in (torch.int32, torch.int64):
+        raise ValueError(f"group_offsets: expected an int32 (or int64) tensor of cumulative group ends, "
+                         f"got {group_offsets.dtype}")
     if isinstance(t, bool) or not isinstance(t, int) or t < 0:
         raise ValueError(f"t: expected the number of rows of x (an int >= 0), got {t!r}")
     o = group_offsets
