@@ -34,7 +34,13 @@ DETERMINISTIC_LDFLAGS = ["-Wl,--build-id=none", "-Wl,--hash-style=gnu", "-Wl,--e
 def _run(cmd: list[str]) -> None:
     proc = subprocess.run(cmd, capture_output=True, text=True)
     if proc.returncode != 0:
-        raise BuildError(f"link failed: {' '.join(cmd)}\n{proc.stderr.strip()}")
+        # One line: the linker's first error (a full disk, a missing library); the whole command
+        # and output follow on later lines only with KERNELFORGE_LOG=debug.
+        lines = [ln.strip() for ln in proc.stderr.splitlines() if ln.strip()]
+        errors = [ln for ln in lines if "error" in ln.lower() or "no space" in ln.lower()]
+        first = (errors or lines or [""])[0]
+        detail = f"\n{' '.join(cmd)}\n{proc.stderr.strip()}" if os.environ.get("KERNELFORGE_LOG") == "debug" else ""
+        raise BuildError(f"link failed ({Path(cmd[0]).name}, exit {proc.returncode}): {first}{detail}")
 
 
 def python_include() -> Path:
