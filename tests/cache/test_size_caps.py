@@ -83,15 +83,33 @@ def test_a_tar_header_claiming_a_huge_member_is_refused_before_reading(tmp_path:
         f"over the limit of {256 * MiB} bytes ($KERNELFORGE_MAX_ARTIFACT_BYTES sets it); nothing was imported"]
 
 
+def _padded(path: Path, size: int) -> None:
+    """Pad a JSON file with trailing whitespace (still the same JSON) to `size` bytes."""
+    data = path.read_bytes()
+    path.write_bytes(data + b" " * (size - len(data)))
+
+
 def test_a_bundle_index_over_its_cap_is_refused(big_cache, tmp_path: Path) -> None:
+    import gzip
+    import io
+    import tarfile
+
     root, _ = big_cache
     bundle = tmp_path / "b.tar.gz"
     assert export_bundle(CacheStore(root), bundle, only=["a"]).ok
-    proc = kf("cache", "import", str(bundle), "--cache", str(tmp_path / "dest"),
-              env={"KERNELFORGE_MAX_INDEX_BYTES": "200"})
+    padded = tmp_path / "padded.tar.gz"  # the same bundle, its index padded past the smallest cap
+    with tarfile.open(bundle) as src, gzip.open(padded, "wb") as gz, tarfile.open(fileobj=gz, mode="w") as dst:
+        for member in src.getmembers():
+            data = src.extractfile(member).read() if member.isreg() else b""
+            if member.name == BUNDLE_INDEX:
+                data += b" " * (MiB + 1 - len(data))
+                member.size = len(data)
+            dst.addfile(member, io.BytesIO(data))
+    proc = kf("cache", "import", str(padded), "--cache", str(tmp_path / "dest"),
+              env={"KERNELFORGE_MAX_INDEX_BYTES": "1MiB"})
     assert proc.returncode == 1
     assert len(error_lines(proc)) == 1 and f"member '{BUNDLE_INDEX}' is" in proc.stderr
-    assert "over the limit of 200 bytes ($KERNELFORGE_MAX_INDEX_BYTES sets it)" in proc.stderr
+    assert f"over the limit of {MiB} bytes ($KERNELFORGE_MAX_INDEX_BYTES sets it)" in proc.stderr
 
 
 def test_a_remote_entry_declaring_a_file_over_the_cap_is_refused_without_download(big_cache, tmp_path, monkeypatch):
@@ -148,10 +166,11 @@ def test_a_remote_index_over_its_cap_is_refused(tmp_path: Path) -> None:
     fake_cache(root, ("a",))
     url = f"file://{tmp_path / 'remote'}"
     assert kf("cache", "push", url, "--cache", str(root)).returncode == 0
-    proc = kf("cache", "pull", url, "--cache", str(tmp_path / "dest"), env={"KERNELFORGE_MAX_INDEX_BYTES": "100"})
+    _padded(tmp_path / "remote" / "v1" / "remote-index.json", MiB + 1)
+    proc = kf("cache", "pull", url, "--cache", str(tmp_path / "dest"), env={"KERNELFORGE_MAX_INDEX_BYTES": "1MiB"})
     assert proc.returncode == 1
     assert len(error_lines(proc)) == 1 and "remote-index.json is" in proc.stderr
-    assert "over the limit of 100 bytes ($KERNELFORGE_MAX_INDEX_BYTES sets it)" in proc.stderr
+    assert f"over the limit of {MiB} bytes ($KERNELFORGE_MAX_INDEX_BYTES sets it)" in proc.stderr
 
 
 def test_merge_refuses_an_entry_over_the_cap(big_cache, tmp_path: Path) -> None:
@@ -163,12 +182,12 @@ def test_merge_refuses_an_entry_over_the_cap(big_cache, tmp_path: Path) -> None:
     assert _names(tmp_path / "dest") == {"a", "b"}
 
 
-@pytest.mark.parametrize("value", ["lots", "0", "-5"])
+@pytest.mark.parametrize("value", ["lots", "0", "-5", "10", "1023KiB"])
 def test_an_unusable_cap_is_one_line_exit_2(tmp_path: Path, value: str) -> None:
     proc = kf("cache", "verify", "--cache", str(tmp_path), env={"KERNELFORGE_MAX_ARTIFACT_BYTES": value})
     assert proc.returncode == 2
-    assert error_lines(proc) == [f"error: $KERNELFORGE_MAX_ARTIFACT_BYTES={value!r}: expected a positive size in "
-                                 "bytes (e.g. 268435456, 256MiB, 1G)"]
+    assert error_lines(proc) == [f"error: $KERNELFORGE_MAX_ARTIFACT_BYTES={value!r}: expected a size of at least "
+                                 "1MiB (e.g. 268435456, 256MiB, 1G)"]
 
 
 def test_s3_blobs_are_read_with_a_bounded_range_empty_ones_too(tmp_path: Path, s3_remote) -> None:
