@@ -34,7 +34,10 @@ class OneLineErrors(typer.core.TyperGroup):
                 raise
             where = exc.ctx.command_path if getattr(exc, "ctx", None) is not None else "kernelforge"
             message = " ".join(exc.format_message().split())
-            typer.echo(f"error: {where}: {message} (see `{where} --help`)", err=True)
+            if message:  # a bare group (`kernelforge cache`) has printed its help: nothing to add
+                typer.echo(f"error: {where}: {message} (see `{where} --help`)", err=True)
+            else:
+                exc.show()
             sys.exit(exc.exit_code)
         if type(code).__name__ == "Abort":
             sys.exit(1)
