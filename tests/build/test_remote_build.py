@@ -1,9 +1,6 @@
 """Remote stores and bundles on a real build, and `kernelforge build --remote` (marked slow: compiles)."""
 from __future__ import annotations
 
-import functools
-import http.server
-import threading
 from pathlib import Path
 from typing import Iterator
 
@@ -13,6 +10,7 @@ from typer.testing import CliRunner
 from kernelforge.cache import CacheStore, verify
 from kernelforge.cache.bundle import export_bundle, import_bundle
 from kernelforge.cache.remote import pull, push
+from tests._http import serving
 from tests.build._kf_build_helpers import ARCH, NAMES, SELECTION
 
 pytestmark = pytest.mark.slow
@@ -27,22 +25,11 @@ def _build(cache: Path, remote: str, *extra: str):
 
 @pytest.fixture
 def http_root(tmp_path: Path) -> Iterator[tuple[Path, str]]:
-    """A real HTTP server (stdlib http.server in a thread) serving a directory: a read-only remote."""
+    """A real HTTP server serving a directory: a read-only remote."""
     root = tmp_path / "served"
     root.mkdir()
-
-    class Quiet(http.server.SimpleHTTPRequestHandler):
-        def log_message(self, *args: object) -> None:
-            pass
-
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), functools.partial(Quiet, directory=str(root)))
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield root, f"http://127.0.0.1:{server.server_address[1]}"
-    finally:
-        server.shutdown()
-        server.server_close()
+    with serving(root) as url:
+        yield root, url
 
 
 def _tree(root: Path) -> dict[str, bytes]:

@@ -1,13 +1,10 @@
 """Remote stores (file:// and a real local HTTP server) and offline bundles, on fake entries."""
 from __future__ import annotations
 
-import functools
-import http.server
 import io
 import json
 import socket
 import tarfile
-import threading
 from pathlib import Path
 from typing import Iterator
 
@@ -20,6 +17,7 @@ from kernelforge.cache.bundle import BUNDLE_INDEX, export_bundle, import_bundle
 from kernelforge.cache.remote import INDEX_PATH, Remote, pull, push
 from kernelforge.cache.transfer import Rejected, TransferError
 from kernelforge.cli import cache as cache_cli
+from tests._http import serving
 from tests.cache import _cache_helpers as h
 
 root_app = typer.Typer()
@@ -64,22 +62,11 @@ def flip_byte(path: Path) -> None:
 
 @pytest.fixture
 def http_root(tmp_path: Path) -> Iterator[tuple[Path, str]]:
-    """A real HTTP server (stdlib http.server in a thread) serving a directory."""
+    """A real HTTP server serving a directory: a read-only remote."""
     root = tmp_path / "served"
     root.mkdir()
-
-    class Quiet(http.server.SimpleHTTPRequestHandler):
-        def log_message(self, *args: object) -> None:
-            pass
-
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), functools.partial(Quiet, directory=str(root)))
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield root, f"http://127.0.0.1:{server.server_address[1]}"
-    finally:
-        server.shutdown()
-        server.server_close()
+    with serving(root) as url:
+        yield root, url
 
 
 # ---- remote stores ----

@@ -40,3 +40,13 @@ def built_cache() -> Path:
 def skip_reason() -> str | None:
     """Why nothing can be compiled here (the slow release tests skip), or None."""
     return cutlass_problem()
+
+
+def built_or_skip() -> Path:
+    """`built_cache()`, or skip the calling test with the reason nothing can be compiled here."""
+    import pytest
+
+    problem = skip_reason()
+    if problem:
+        pytest.skip(problem)
+    return built_cache()

@@ -25,7 +25,7 @@ from kernelforge.errors import CacheError
 from kernelforge.families import reload_plugins
 from tests.build._kf_build_helpers import ARCH
 from tests.families.test_plugin_family import DIST, OP, PLUGIN, SPEC, VERSION, write_dist
-from tests.release._kernel_cache import REPO, built_cache, clean_env, skip_reason
+from tests.release._kernel_cache import REPO, built_or_skip, clean_env
 
 MACHINE = platform.machine()
 TAG = f"cp310-abi3-manylinux_2_34_{MACHINE}"
@@ -199,10 +199,7 @@ def test_plugin_kernel_wheel_is_refused_for_another_plugin_version(demo_site: Pa
 
 @pytest.fixture(scope="module")
 def built() -> Path:
-    problem = skip_reason()
-    if problem:
-        pytest.skip(problem)
-    return built_cache()
+    return built_or_skip()
 
 
 def _package(cache: Path, out: Path, **kw) -> list:

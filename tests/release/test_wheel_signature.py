@@ -12,7 +12,7 @@ import pytest
 
 from kernelforge.cache.signing import generate_key, load_signing_key
 from tests.build._kf_build_helpers import ARCH
-from tests.release._kernel_cache import built_cache, skip_reason
+from tests.release._kernel_cache import built_or_skip
 
 pytestmark = pytest.mark.slow
 DIST = "kernelforge-kernels-" + ARCH.replace("_", "")
@@ -20,10 +20,7 @@ DIST = "kernelforge-kernels-" + ARCH.replace("_", "")
 
 @pytest.fixture(scope="module")
 def built() -> Path:
-    problem = skip_reason()
-    if problem:
-        pytest.skip(problem)
-    return built_cache()
+    return built_or_skip()
 
 
 @pytest.fixture
