@@ -110,28 +110,14 @@ def parse_public_keys(text: str, where: str) -> list[PublicKey]:
 
 
 def _read_small(path: Path, what: str, limit: int = 1 << 20) -> bytes:
-    """A regular file's bytes, opened without blocking (a FIFO is refused, never waited on; a
-    directory or device is refused before it is read)."""
-    import stat
+    """A regular file's bytes (`fsio.read_regular`: a FIFO, directory or device is refused before
+    it is read, never waited on); SigningError naming `what` and the path otherwise."""
+    from kernelforge.cache.fsio import read_regular
 
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+        return read_regular(path, limit, follow=True)
     except OSError as exc:
-        raise SigningError(f"{what} {path}: {exc.strerror}") from None
-    try:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            raise SigningError(f"{what} {path}: not a regular file")
-        with os.fdopen(fd, "rb") as f:
-            fd = -1
-            data = f.read(limit + 1)
-    except OSError as exc:
-        raise SigningError(f"{what} {path}: {exc.strerror}") from None
-    finally:
-        if fd >= 0:
-            os.close(fd)
-    if len(data) > limit:
-        raise SigningError(f"{what} {path}: larger than {limit} bytes")
-    return data
+        raise SigningError(f"{what} {path}: {exc.strerror or exc}") from None
 
 
 def unsigned_allowed(source: str, flag: bool = False) -> bool:
