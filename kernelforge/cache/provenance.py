@@ -138,14 +138,10 @@ def unproven_arrivals(store: Any, entries: Mapping[str, Entry]) -> tuple[dict[st
     return unproven, bad
 
 
-def revoked_arrivals(entries: Mapping[str, Entry]) -> dict[str, str]:
-    """Arrivals signed by a key the configured trusted keys no longer hold ({key: why}); none when
-    no trusted keys are configured (nothing to compare with) or they are unusable."""
-    try:
-        trusted = trusted_keys()
-    except SigningError:
-        return {}
-    if not trusted.keys:
+def revoked_arrivals(entries: Mapping[str, Entry], trusted: TrustedKeys | None) -> dict[str, str]:
+    """Arrivals signed by a key the trusted keys no longer hold ({key: why}); none when no trusted
+    keys are configured (`trusted` None or empty: nothing to compare with)."""
+    if trusted is None or not trusted.keys:
         return {}
     out = {}
     for key, entry in entries.items():

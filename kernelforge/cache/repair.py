@@ -16,6 +16,7 @@ from typing import Any
 
 from kernelforge.cache.entry import Entry
 from kernelforge.cache.index import read_index_checked, write_index
+from kernelforge.cache.origin import origin_of
 from kernelforge.cache.provenance import revoked_arrivals, unproven_arrivals
 from kernelforge.cache.store import CacheStore
 from kernelforge.cache.verification import entry_file_problems, special_files, trust_problems, view_problems
@@ -86,8 +87,9 @@ def repair(store: CacheStore) -> RepairReport:
                 report.kept += 1
             else:
                 report.reindexed.append(meta.name)
-        unproven, bad_manifests = unproven_arrivals(store, {k: Entry.from_json(d) for k, d in entries.items()})
-        unproven.update(revoked_arrivals({k: Entry.from_json(d) for k, d in entries.items() if k not in unproven}))
+        arrived = {k: Entry.from_json(d) for k, d in entries.items() if origin_of(d.get("extra"))}
+        unproven, bad_manifests = unproven_arrivals(store, arrived)
+        unproven.update(revoked_arrivals({k: e for k, e in arrived.items() if k not in unproven}, _trusted_or_none()))
         for file, why in bad_manifests:
             _quarantine(store, report, file, layout.schema_root / file, why)
         for key, why in unproven.items():
@@ -107,6 +109,17 @@ def repair(store: CacheStore) -> RepairReport:
             report.views_rewritten = stale_views
     store.delete_orphans(p for p in store.orphans() if p.parent == layout.tmp)
     return report
+
+
+def _trusted_or_none():
+    """The configured trusted keys, or None where they are unusable (verify reports that; repair
+    then quarantines nothing for revocation)."""
+    from kernelforge.cache.signing import SigningError, trusted_keys
+
+    try:
+        return trusted_keys()
+    except SigningError:
+        return None
 
 
 def _quarantine(store: CacheStore, report: RepairReport, name: str, directory: Path, reason: str) -> None:

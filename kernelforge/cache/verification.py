@@ -139,7 +139,7 @@ def signature_problems(store: CacheStore, entries: dict[str, Entry], report: Ver
     """Entries that arrived signed are checked again: a manifest of their signer in v1/signatures/
     must verify and list their exact bytes, and the signer must still be trusted (where trusted
     keys are configured). A manifest whose signature fails is a problem of its own."""
-    from kernelforge.cache.provenance import origin_of, unproven_arrivals
+    from kernelforge.cache.provenance import origin_of, revoked_arrivals, unproven_arrivals
     from kernelforge.cache.signing import SigningError, trusted_keys
 
     arrivals = {k: o for k, e in entries.items() if (o := origin_of(e.extra)) is not None}
@@ -152,6 +152,7 @@ def signature_problems(store: CacheStore, entries: dict[str, Entry], report: Ver
     except SigningError as exc:
         report.problems.append(Problem("", "", BAD_SIGNATURE, detail=f"trusted keys unusable: {exc}"))
         trusted = None
+    revoked = revoked_arrivals({k: entries[k] for k in arrivals if k not in unproven}, trusted)
     for key, origin in sorted(arrivals.items()):
         entry, signer = entries[key], origin.get("signer")
         if not signer:
@@ -159,9 +160,8 @@ def signature_problems(store: CacheStore, entries: dict[str, Entry], report: Ver
         elif key in unproven:
             report.problems.append(Problem(key, entry.name, BAD_SIGNATURE, detail=(
                 f"{unproven[key]}; run `kernelforge cache repair` (it quarantines the entry) and transfer it again")))
-        elif trusted is not None and trusted.keys and signer not in trusted.keys:
-            report.problems.append(Problem(key, entry.name, BAD_SIGNATURE, detail=(
-                f"signed by key {signer}, which is no longer trusted (trusted keys: {trusted.source})")))
+        elif key in revoked:
+            report.problems.append(Problem(key, entry.name, BAD_SIGNATURE, detail=revoked[key]))
         else:
             report.signed[signer] = report.signed.get(signer, 0) + 1
 
