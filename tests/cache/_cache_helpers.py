@@ -34,6 +34,21 @@ def fake_build(payload: bytes = b"\x7fELF fake module", **meta_kw: Any) -> Calla
     return build
 
 
+RKEY = key_of("runtime")
+KEYS = {"a": key_of("a"), "b": key_of("b")}
+
+
+def runtime_and_two_kernels(root: Path, payloads: dict[str, bytes] | None = None) -> CacheStore:
+    """A cache at `root` holding a runtime library (RKEY) and two kernels that link it (KEYS,
+    named quant_a and quant_b; their module bytes from `payloads` where given)."""
+    s = CacheStore(root)
+    s.get_or_build(RKEY, fake_build(b"runtime lib", kind="runtime", op="runtime", name="runtime-x"))
+    for n, key in KEYS.items():
+        data = (payloads or {}).get(n, n.encode() * 64)
+        s.get_or_build(key, fake_build(data, name=f"quant_{n}", extra={"runtime_key": RKEY}))
+    return s
+
+
 def append_line(log: str, line: str) -> None:
     # O_APPEND makes each small write atomic with respect to the other processes' writes.
     fd = os.open(log, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)

@@ -22,8 +22,7 @@ from tests.cache import _cache_helpers as h
 
 root_app = typer.Typer()
 root_app.add_typer(cache_cli.app, name="cache")
-RKEY = h.key_of("runtime")
-KEYS = {"a": h.key_of("a"), "b": h.key_of("b")}
+RKEY, KEYS = h.RKEY, h.KEYS
 
 
 def run(*args: str):
@@ -33,11 +32,7 @@ def run(*args: str):
 @pytest.fixture
 def store(tmp_path: Path) -> CacheStore:
     """A runtime library and two kernels that link it."""
-    s = CacheStore(tmp_path / "src")
-    s.get_or_build(RKEY, h.fake_build(b"runtime lib", kind="runtime", op="runtime", name="runtime-x"))
-    for n, key in KEYS.items():
-        s.get_or_build(key, h.fake_build(n.encode() * 64, name=f"quant_{n}", extra={"runtime_key": RKEY}))
-    return s
+    return h.runtime_and_two_kernels(tmp_path / "src")
 
 
 def fresh(tmp_path: Path, name: str) -> CacheStore:

@@ -20,19 +20,14 @@ from kernelforge.cache.remote import INDEX_PATH
 from tests._moto import S3Remote
 from tests.cache import _cache_helpers as h
 
-RKEY = h.key_of("runtime")
-KEYS = {"a": h.key_of("a"), "b": h.key_of("b")}
+RKEY, KEYS = h.RKEY, h.KEYS
 PLANTED = b"\x7fELF planted by whoever can write to the bucket " * 8
 
 
 @pytest.fixture
 def store(tmp_path: Path) -> CacheStore:
-    """A runtime library and two kernels that link it (as in test_cache_transfer.py)."""
-    s = CacheStore(tmp_path / "src")
-    s.get_or_build(RKEY, h.fake_build(b"runtime lib", kind="runtime", op="runtime", name="runtime-x"))
-    for n, key in KEYS.items():
-        s.get_or_build(key, h.fake_build(n.encode() * 64, name=f"quant_{n}", extra={"runtime_key": RKEY}))
-    return s
+    """A runtime library and two kernels that link it."""
+    return h.runtime_and_two_kernels(tmp_path / "src")
 
 
 def kf(remote: S3Remote, *args: str, unsigned_ok: bool = False) -> subprocess.CompletedProcess[str]:

@@ -34,8 +34,7 @@ from tests.cache import _cache_helpers as h
 
 root_app = typer.Typer()
 root_app.add_typer(cache_cli.app, name="cache")
-RKEY = h.key_of("runtime")
-KEYS = {"a": h.key_of("a"), "b": h.key_of("b")}
+KEYS = h.KEYS
 
 
 @pytest.fixture(autouse=True)
@@ -49,13 +48,7 @@ def run(*args: str, env: dict[str, str] | None = None):
     return CliRunner().invoke(root_app, ["cache", *args], env={"COLUMNS": "200", **(env or {})})
 
 
-def _cache(root: Path, payloads: dict[str, bytes] | None = None) -> CacheStore:
-    s = CacheStore(root)
-    s.get_or_build(RKEY, h.fake_build(b"runtime lib", kind="runtime", op="runtime", name="runtime-x"))
-    for n, key in KEYS.items():
-        data = (payloads or {}).get(n, n.encode() * 64)
-        s.get_or_build(key, h.fake_build(data, name=f"quant_{n}", extra={"runtime_key": RKEY}))
-    return s
+_cache = h.runtime_and_two_kernels
 
 
 @pytest.fixture(scope="module")
