@@ -9,6 +9,8 @@ import threading
 from pathlib import Path
 from typing import Iterator
 
+import pytest
+
 
 @contextlib.contextmanager
 def serving(root: Path) -> Iterator[str]:
@@ -26,3 +28,12 @@ def serving(root: Path) -> Iterator[str]:
     finally:
         server.shutdown()
         server.server_close()
+
+
+@pytest.fixture
+def http_root(tmp_path: Path) -> Iterator[tuple[Path, str]]:
+    """(the served directory, its URL): a read-only remote store for one test."""
+    root = tmp_path / "served"
+    root.mkdir()
+    with serving(root) as url:
+        yield root, url

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from tests._http import http_root  # noqa: F401  (a fixture: a loopback HTTP remote)
 from tests.build._kf_build_helpers import ARCH, SELECTION, cutlass_problem
 
 

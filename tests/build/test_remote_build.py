@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Iterator
 
 import pytest
 from typer.testing import CliRunner
@@ -10,7 +9,6 @@ from typer.testing import CliRunner
 from kernelforge.cache import CacheStore, verify
 from kernelforge.cache.bundle import export_bundle, import_bundle
 from kernelforge.cache.remote import pull, push
-from tests._http import serving
 from tests.build._kf_build_helpers import ARCH, NAMES, SELECTION
 
 pytestmark = pytest.mark.slow
@@ -21,15 +19,6 @@ def _build(cache: Path, remote: str, *extra: str):
 
     return CliRunner().invoke(app, ["build", "--cache", str(cache), "--arch", ARCH, "--only", SELECTION,
                                     "--remote", remote, "-j", "1", *extra], env={"COLUMNS": "200"})
-
-
-@pytest.fixture
-def http_root(tmp_path: Path) -> Iterator[tuple[Path, str]]:
-    """A real HTTP server serving a directory: a read-only remote."""
-    root = tmp_path / "served"
-    root.mkdir()
-    with serving(root) as url:
-        yield root, url
 
 
 def _tree(root: Path) -> dict[str, bytes]:

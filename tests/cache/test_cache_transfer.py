@@ -6,7 +6,6 @@ import json
 import socket
 import tarfile
 from pathlib import Path
-from typing import Iterator
 
 import pytest
 import typer
@@ -17,7 +16,6 @@ from kernelforge.cache.bundle import BUNDLE_INDEX, export_bundle, import_bundle
 from kernelforge.cache.remote import INDEX_PATH, Remote, pull, push
 from kernelforge.cache.transfer import Rejected, TransferError
 from kernelforge.cli import cache as cache_cli
-from tests._http import serving
 from tests.cache import _cache_helpers as h
 
 root_app = typer.Typer()
@@ -53,15 +51,6 @@ def flip_byte(path: Path) -> None:
     data = bytearray(path.read_bytes())
     data[len(data) // 2] ^= 0x01
     path.write_bytes(bytes(data))
-
-
-@pytest.fixture
-def http_root(tmp_path: Path) -> Iterator[tuple[Path, str]]:
-    """A real HTTP server serving a directory: a read-only remote."""
-    root = tmp_path / "served"
-    root.mkdir()
-    with serving(root) as url:
-        yield root, url
 
 
 # ---- remote stores ----
