@@ -15,14 +15,15 @@ $(BIN)/kernelforge: pyproject.toml
 
 install: $(BIN)/kernelforge
 
-# Main job: compile the default specs (all arches) into the checkout's cache/.
+# Main job: compile the specs a release builds (specs/, all arches) into the checkout's cache/.
 build: install
-	$(BIN)/kernelforge build
+	$(BIN)/kernelforge build --spec specs
 
-# Lint (config: [tool.ruff] in pyproject.toml). Checks only: never `--fix` over kernelforge/kernels/,
-# whose bytes are hashed into cache keys.
+# Lint (config: [tool.ruff] in pyproject.toml) and the import layers ([tool.importlinter]). Checks
+# only: never `--fix` over kernel sources, whose bytes are hashed into cache keys.
 lint: install
 	$(BIN)/ruff check .
+	$(BIN)/lint-imports
 
 # Lint, the test suite (CPU here; GPU tests skip with their reason unless a CUDA GPU is present),
 # then the example op family's (test-example).

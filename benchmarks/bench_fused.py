@@ -22,8 +22,9 @@ import torch
 import kernelforge
 import kernelforge.ops  # noqa: F401
 from _timing import L2_BYTES, bench_us, copy_bandwidth, graph_us, host_us
+from kernelforge.families.rmsnorm_quantize.reference import add_rmsnorm_ref, rmsnorm_ref
 from kernelforge.formats import FORMATS
-from kernelforge.ops.reference import add_rmsnorm_ref, quantize_ref, rmsnorm_ref
+from kernelforge.testing.references import quantize_ref
 
 M_VALUES = (1024, 4096, 16384, 65536)
 H_VALUES = (1536, 4096, 8192, 16384, 32768)
@@ -47,7 +48,7 @@ def _mode_kw(mode: str) -> dict:
 def _calibrated_scale(op: str, x: torch.Tensor, r: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
     """NVFP4 global scale calibrated on the tensor that is quantized: the normalized output.
 
-    (Calibrating on x instead, as before session 7, saturates the scale of every block whose
+    (Calibrating on x instead saturates the scale of every block whose
     amax exceeds amax(x), a few percent of blocks with random weights, which a calibrated
     pipeline never does; it cost the fused NVFP4 kernel up to 5% at H = 1536.)
     """
@@ -69,7 +70,7 @@ def _timed(fn) -> tuple[float | None, str]:
 
 
 def _refs() -> dict:
-    """op -> (eager reference, torch.compile of it): pure torch, NUMERICS.md."""
+    """op -> (eager reference, torch.compile of it): pure torch, docs/numerics.md."""
     def ref_rms(x, w, g, fmt, mode):
         return quantize_ref(rmsnorm_ref(x, w), fmt, layout=LAYOUT, scale_mode=mode if mode != "none" else "floor",
                             global_scale=g)
@@ -158,7 +159,7 @@ def rows(copy_gbs: float, compile_ref: bool, m_values, h_values) -> list[dict]:
 
 def host_overhead() -> dict:
     """Per-call host time of the three ways to call rmsnorm_quantize (out= given where possible)."""
-    from kernelforge.ops import _common
+    from kernelforge.ops import launch
 
     x = torch.randn(128, 1024, device="cuda", dtype=torch.bfloat16)
     w = torch.randn(1024, device="cuda", dtype=torch.bfloat16)
@@ -166,7 +167,7 @@ def host_overhead() -> dict:
     q, s = res
     coords = (("dtype", "bfloat16"), ("format", "mxfp8"), ("layout", "linear"), ("residual", "none"),
               ("scale_mode", "floor"))
-    fn = _common.kernel_for("rmsnorm_quantize", coords, 0, 1024, 32, x.data_ptr(), 2048, 128)
+    fn = launch.kernel_for("rmsnorm_quantize", coords, 0, 1024, 32, x.data_ptr(), 2048, 128)
     op = torch.ops.kernelforge.rmsnorm_quantize
     r = {
         "direct_us": host_us(lambda: fn(x, None, w, q, s, None, 1e-6)),

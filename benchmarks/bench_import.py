@@ -31,7 +31,7 @@ t0 = time.perf_counter()
 import kernelforge
 kernelforge.quantize
 t1 = time.perf_counter()
-import kernelforge.ops._common as c
+import kernelforge.ops.launch as c
 table = c.dispatch_table()
 table.resolve("quantize", {"dtype": "bfloat16", "format": "mxfp8", "layout": "linear", "scale_mode": "floor"},
               (9, 0), 256, 32, 1 << 20, 512, 128, sys.argv[1])

@@ -57,8 +57,8 @@ from _timing import host_us
 kernelforge.quantize(x, "mxfp8", out=out)
 per_call = min(host_us(lambda: kernelforge.quantize(x, "mxfp8", out=out)) for _ in range(3))
 # The load path alone: 16 modules not loaded yet (runtime library already in), each timed.
-from kernelforge.ops import _common
-table = _common.dispatch_table()
+from kernelforge.ops import launch
+table = launch.dispatch_table()
 groups = table.groups()
 cands = [c for g in sorted(groups) if g.startswith("rmsnorm_quantize|") for c in groups[g]][:16]
 loads = []

@@ -18,7 +18,7 @@ import torch
 import kernelforge
 from _timing import L2_BYTES, bench_us, copy_bandwidth, graph_us, host_us, rotating_inputs, same_size_copy_us  # noqa: F401
 from kernelforge.formats import FORMATS
-from kernelforge.ops.reference import quantize_ref
+from kernelforge.testing.references import quantize_ref
 
 SHAPES = [(1024, 4096), (4096, 7168), (8192, 7168), (16384, 8192)]
 CASES = [("mxfp8", "floor"), ("mxfp4", "floor"), ("nvfp4", "none")]
@@ -116,13 +116,13 @@ def cold_start() -> list[dict]:
 
 def host_overhead() -> dict:
     """Per-call host time: kernelforge.quantize(out=...) vs calling the loaded function directly."""
-    from kernelforge.ops import _common
+    from kernelforge.ops import launch
 
     x = torch.randn(128, 256, device="cuda", dtype=torch.bfloat16)
     out = kernelforge.quantize(x, "mxfp8")
     q, s = out
     coords = (("dtype", "bfloat16"), ("format", "mxfp8"), ("layout", "linear"), ("scale_mode", "floor"))
-    fn = _common.kernel_for("quantize", coords, 0, 256, 32, x.data_ptr(), 512, 128)  # what quantize() uses
+    fn = launch.kernel_for("quantize", coords, 0, 256, 32, x.data_ptr(), 512, 128)  # what quantize() uses
     direct = host_us(lambda: fn(x, q, s, None))
     with_out = host_us(lambda: kernelforge.quantize(x, "mxfp8", out=out))
     alloc = host_us(lambda: kernelforge.quantize(x, "mxfp8"))

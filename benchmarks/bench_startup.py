@@ -85,7 +85,7 @@ for op in order[1:]:
     torch.cuda.synchronize()
     further[op] = 1e3 * (time.perf_counter() - t)
 print(json.dumps({"first": order[0], "first_ms": first_ms, "further_ms": further,
-                  "ops_registered": "kernelforge.ops.quantize" in sys.modules,
+                  "ops_registered": "kernelforge.families.quantize.op" in sys.modules,
                   "cli_imported": sorted(m for m in ("typer", "rich", "kernelforge.cli") if m in sys.modules),
                   "device": torch.cuda.get_device_name(), "torch": torch.__version__}))
 """

@@ -18,8 +18,8 @@ import torch
 
 import kernelforge
 from _timing import ROUNDS, copy_bandwidth, graph_us, io_bytes, rotating_inputs
-from kernelforge.ops.quantize_columnwise import hadamard_columns
-from kernelforge.ops.reference import rht_matrix
+from kernelforge.families.quantize_columnwise.op import hadamard_columns
+from kernelforge.families.quantize_columnwise.reference import rht_matrix
 
 SHAPES = [(4096, 7168), (8192, 7168), (16384, 8192)]
 CASES = [("mxfp8", "floor"), ("mxfp4", "floor"), ("nvfp4", "none")]

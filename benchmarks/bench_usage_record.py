@@ -3,7 +3,7 @@ import statistics
 import tempfile
 import time
 
-from kernelforge.cache.usage import UsageLog
+from kernelforge.cache.read.usage import UsageLog
 
 d = tempfile.mkdtemp()
 os.makedirs(f"{d}/v1")

@@ -10,7 +10,7 @@ import torch
 
 import kernelforge
 from _timing import host_us
-from kernelforge.ops import _common
+from kernelforge.ops import fast_path
 
 
 def measure(paths: dict, rounds: int = 3) -> dict:
@@ -37,7 +37,7 @@ def main() -> None:
                 call = lambda: kernelforge.rmsnorm_quantize(x, w, fmt, out=out, global_scale=g)  # noqa: E731
                 alloc = lambda: kernelforge.rmsnorm_quantize(x, w, fmt, global_scale=g)  # noqa: E731
             call()  # checked once, then remembered
-            entry = list(_common.fast_calls.values())[-1]
+            entry = list(fast_path.fast_calls.values())[-1]
             fn, g_arg = entry.fn, entry.arg
             direct = ((lambda: fn(x, out[0], out[1], g_arg)) if op == "quantize"
                       else (lambda: fn(x, None, w, out[0], out[1], g_arg, 1e-6)))

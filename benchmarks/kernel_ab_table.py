@@ -1,4 +1,4 @@
-"""Side-by-side table of kernel versions from `ci/device_kernel_ab.sh`'s kernel_ab.tar.gz (or a folder
+"""Side-by-side table of kernel versions from `device/device_kernel_ab.sh`'s kernel_ab.tar.gz (or a folder
 of its `<tree>.r<round>.json` files): per benchmark row, the median GPU time over the rounds and
 its % of copy bandwidth, one column per tree.
 

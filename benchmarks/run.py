@@ -1,4 +1,4 @@
-"""The one benchmark command (issue 19): `PYTHONPATH=. python benchmarks/run.py` on a GPU, cache built.
+"""The one benchmark command: `PYTHONPATH=. python benchmarks/run.py` on a GPU, cache built.
 
 In one process (plus the fresh processes of the startup section), with the other scripts'
 measurement functions:
@@ -16,8 +16,8 @@ measured at the start of the same run.
 
 Then the targets table (target, measured value, met), PNG plots (% of copy against shape per op
 family, fresh-process first-call time per op) and a markdown report `run-<date>-<device>.md` in
---out-dir, every number as JSON (--json, written after each section), and the report appended
-to RESULTS.md (--no-append to skip). `--plots-from RUN.json` redraws the plots and the report
+--out-dir, every number as JSON (--json, written after each section), and, with --results FILE,
+the report appended to FILE. `--plots-from RUN.json` redraws the plots and the report
 from a saved run, without a GPU. `--quick` is a smoke run (fewer shapes, processes and rounds).
 Exit status 1 when a section failed or was skipped past --budget-s (the others still run and
 are reported), else 0.
@@ -36,7 +36,7 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 DEFAULT_OUT = HERE / "results" / "current"
-EMBED_DIR = "results/current"  # where RESULTS.md (in benchmarks/) finds the current PNGs
+EMBED_DIR = "results/current"  # the PNGs' folder as the report links them, relative to benchmarks/
 LAYOUTS = ("linear", "swizzled")
 SECTIONS = ("startup", "host", "quantize", "dual", "rht", "grouped", "fused")
 
@@ -548,9 +548,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out-dir", type=Path, default=DEFAULT_OUT,
                     help="PNG plots and the markdown report (default: benchmarks/results/current)")
     ap.add_argument("--embed-dir", default=EMBED_DIR,
-                    help=f"the PNGs' folder as the report links them, relative to RESULTS.md (default {EMBED_DIR})")
-    ap.add_argument("--results", type=Path, default=HERE / "RESULTS.md", help="the file the report is appended to")
-    ap.add_argument("--no-append", action="store_true", help="do not append the report to RESULTS.md")
+                    help=f"the PNGs' folder as the report links them (default {EMBED_DIR}, relative to benchmarks/)")
+    ap.add_argument("--results", type=Path, default=None, help="a markdown file to append the report to")
+    ap.add_argument("--no-append", action="store_true", help="do not append the report to --results")
     ap.add_argument("--quick", action="store_true", help="smoke run: fewer shapes, processes and rounds")
     ap.add_argument("--plots-from", type=Path, metavar="JSON",
                     help="no measurement: redraw the plots and the report from a saved run's JSON (no GPU needed)")
@@ -592,7 +592,7 @@ def main(argv: list[str] | None = None) -> int:
     met = sum(t["met"] for t in res["targets"])
     log(f"targets met: {met} of {len(res['targets'])}; report {md_path}; plots {', '.join(plots) or 'none'}"
         + ("" if args.plots_from else f"; JSON {json_path}"))
-    if not args.no_append:
+    if args.results and not args.no_append:
         with open(args.results, "a", encoding="utf-8") as f:
             f.write("\n" + md + "\n")
         log(f"appended the report to {args.results}")

@@ -3,7 +3,7 @@
 `import kernelforge` is cheap and has no side effects: the ops (and torch) load on first
 attribute access, the cache index on the first kernel call. CuTe-DSL is never imported.
 The public ops are those the built-in op families list in their `api`
-(`kernelforge.families.builtin`), plus `set_cache_root`.
+(`kernelforge/families/<name>/family.py`), plus `set_cache_root`.
 """
 from __future__ import annotations
 
@@ -16,9 +16,9 @@ __version__ = "0.1.0"
 @functools.lru_cache(maxsize=1)
 def _public() -> dict[str, str]:
     """Public name -> defining module, from the built-in op families."""
-    from kernelforge.families import builtin_api
+    from kernelforge.registry import builtin_api
 
-    return {"set_cache_root": "kernelforge.ops._common", **builtin_api()}
+    return {"set_cache_root": "kernelforge.ops.launch", **builtin_api()}
 
 
 def __getattr__(name: str) -> Any:
@@ -29,7 +29,8 @@ def __getattr__(name: str) -> Any:
         raise AttributeError(f"module 'kernelforge' has no attribute {name!r}")
     import importlib
 
-    importlib.import_module("kernelforge.ops")  # registers every built-in torch.library op first
+    for public in set(_public().values()):  # registers every built-in torch.library op first
+        importlib.import_module(public)
     value = getattr(importlib.import_module(module), name)
     globals()[name] = value
     return value

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from pathlib import Path
 
 CACHE_ENV = "KERNELFORGE_CACHE_DIR"
@@ -31,27 +32,32 @@ def build_extra_install() -> str:
     return "pip install -e '.[build]'" if checkout_root() is not None else "pip install 'kernelforge[build]'"
 
 
+def read_toml(path: Path) -> dict:
+    """The TOML document at `path` (tomllib, or tomli before Python 3.11); OSError, ValueError."""
+    try:
+        import tomllib
+    except ModuleNotFoundError:  # Python 3.10
+        import tomli as tomllib  # type: ignore[no-redef]
+    return tomllib.loads(Path(path).read_text())
+
+
 def data_dir() -> Path:
-    """The package's data: specs/ (the default spec files) and tuning/ (the committed tuning tables).
+    """The package's generated data: tuning/ (the committed tuning tables, one per measured card).
 
     Shipped inside the package, so a checkout and an installed wheel find them the same way."""
     return Path(__file__).resolve().parent / "data"
 
 
-def default_spec_dir() -> Path:
-    """Where the default spec files live (data_dir()/specs)."""
-    return data_dir() / "specs"
+def tuning_dir() -> Path:
+    """The committed tuning tables (data_dir()/tuning)."""
+    return data_dir() / "tuning"
 
 
-def tuning_dir_for(spec_path: Path) -> Path:
-    """The tuning tables that go with a spec file: the `tuning/` beside its directory
-    (for the default specs, data_dir()/tuning)."""
-    return Path(spec_path).parent.parent / "tuning"
-
-
-def gpu_test_dir() -> Path:
-    """The GPU tests `kernelforge validate` runs (shipped in the package: kernelforge/validation)."""
-    return Path(__file__).resolve().parent / "validation"
+def gpu_test_dirs() -> list[Path]:
+    """What `kernelforge validate` runs with pytest (shipped in the package): the shared GPU
+    tests (kernelforge/validation) and each built-in family's (kernelforge/families)."""
+    package = Path(__file__).resolve().parent
+    return [package / "validation", package / "families"]
 
 
 def user_cache_dir() -> Path:
@@ -82,11 +88,11 @@ def _tomls(directory: Path) -> list[Path]:
     return sorted(p for p in directory.glob("*.toml") if p.is_file())
 
 
-def resolve_spec_paths(cli_values: list[str | os.PathLike[str]] | None = None) -> list[Path]:
+def resolve_spec_paths(cli_values: list[str | os.PathLike[str]] | None,
+                       defaults: Callable[[], list[Path]]) -> list[Path]:
     """Spec files: the CLI's (files, or directories of *.toml), else $KERNELFORGE_SPEC_DIR/*.toml,
-    else the package's default specs (data_dir()/specs/*.toml) followed by the spec files of the
-    installed op-family plugins (`OpFamily.spec_files`); raise ValueError naming what was
-    searched when none is found."""
+    else `defaults()` (every registered op family's spec files, `kernelforge.registry.spec_files`);
+    raise ValueError naming what was searched when none is found."""
     if cli_values:
         paths: list[Path] = []
         for value in cli_values:
@@ -112,15 +118,12 @@ def resolve_spec_paths(cli_values: list[str | os.PathLike[str]] | None = None) -
         if not found:
             raise ValueError(f"${SPEC_ENV}={env} holds no *.toml spec files")
         return found
-    found = _tomls(default_spec_dir()) if default_spec_dir().is_dir() else []
-    from .families import plugin_spec_files
-
-    found += [p for p in plugin_spec_files() if p.is_file()]  # those of installed op-family plugins
+    found = [p for p in defaults() if p.is_file()]
     if found:
         return found
     raise ValueError(
         "no spec files found: pass --spec FILE (or a directory), or set "
-        f"${SPEC_ENV} to a directory of *.toml files (the package's {default_spec_dir()} holds none)"
+        f"${SPEC_ENV} to a directory of *.toml files (no registered op family ships a spec file)"
     )
 
 
@@ -128,8 +131,8 @@ def entry_points(group: str) -> list:
     """`importlib.metadata.entry_points(group=group)`: the same entry points in the same order,
     parsing only the entry_points.txt files that mention the group.
 
-    The standard scan parses every installed distribution's entry points into objects (~50 us
-    each: ~2.5 ms for 47 distributions on the build host, more on a full training image); this
+    The standard scan parses every installed distribution's entry points into objects (a cost
+    that grows with the installed distributions, large on a full training image); this
     one reads each file and skips those that do not name the group. Distributions are taken
     once per normalized name, the first on the path, as the standard scan does."""
     import importlib.metadata as md

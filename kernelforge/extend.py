@@ -1,6 +1,6 @@
 """The public API for the torch side of an op family (README, "Writing a kernel family").
 
-A family's definition (`kernelforge.families.OpFamily`) is torch- and CuTe-DSL-free; its public
+A family's definition (`kernelforge.registry.OpFamily`) is torch- and CuTe-DSL-free; its public
 functions import this module. What they get is what the built-in ops use:
 
 * `kernel_for(op, x, **coords)`: the prebuilt kernel for a call, through the same runtime as
@@ -8,7 +8,8 @@ functions import this module. What they get is what the built-in ops use:
   build command); never CuTe-DSL, never a JIT.
 * `TorchOp` / `torch_op`: the eager function and its `torch.library` custom op side by side.
 * The argument checks and output helpers of the built-in ops (`format_plan`, `output_shapes`,
-  `output_buffers`, `check_global_scale`, `global_scale_arg`, `check_device`, `fast_lookup`,
+  `output_buffers`, `check_global_scale`, `global_scale_arg`, `check_device`, `check_disjoint`,
+  `fake_pair`, `fast_lookup`, `fast_hit`, `fast_key`,
   `remember_fast`, `DTYPES`), so a quantizing family validates and allocates exactly as they do.
 """
 from __future__ import annotations
@@ -18,23 +19,23 @@ from typing import Any, Optional
 
 import torch
 
-from .families import OpFamily, find_family
 from .formats import DTYPE_BYTES, FORMATS
-from .ops._common import (
+from .ops.checks import (
     DTYPES,
     check_device,
+    check_disjoint,
     check_global_scale,
     fake_pair,
-    fast_lookup,
     format_plan,
     global_scale_arg,
     output_buffers,
     output_shapes,
-    remember_fast,
     results,
 )
-from .ops._common import kernel_for as _kernel_for
+from .ops.fast_path import fast_hit, fast_key, fast_lookup, remember_fast
+from .ops.launch import kernel_for as _kernel_for
 from .ops.torch_op import TorchOp, copy_into, torch_op
+from .registry import OpFamily, find_family
 
 _RUNTIME_AXES = ("kclass", "arch")  # chosen by the runtime from the input and the GPU, never passed
 
@@ -92,6 +93,7 @@ def kernel_for(op: str, x: torch.Tensor, *, k: Optional[int] = None, rows: Optio
     return _kernel_for(op, key, x.device.index, kk, block, x.data_ptr(), row_stride * es, m)
 
 
-__all__ = ["DTYPES", "DTYPE_BYTES", "FORMATS", "OpFamily", "TorchOp", "check_device", "check_global_scale",
-           "copy_into", "dispatch_axes", "fake_pair", "fast_lookup", "format_plan", "global_scale_arg",
+__all__ = ["DTYPES", "DTYPE_BYTES", "FORMATS", "OpFamily", "TorchOp", "check_device", "check_disjoint",
+           "check_global_scale", "copy_into", "dispatch_axes", "fake_pair", "fast_hit", "fast_key", "fast_lookup",
+           "format_plan", "global_scale_arg",
            "kernel_for", "output_buffers", "output_shapes", "remember_fast", "results", "torch_op"]

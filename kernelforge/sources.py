@@ -4,7 +4,7 @@ The runtime only uses artifacts built from the kernel sources it ships with, so 
 kernel is never silently served by a stale artifact. Each op hashes only the files its
 kernel is built from, so editing one kernel does not invalidate the others' artifacts.
 Hashing reads a few small files and imports nothing heavy. Each op's own files are listed by
-its op family (`kernelforge.families`); `OP_SOURCES` is a view over the family registry.
+its op family (`kernelforge.registry`); `OP_SOURCES` is a view over the registry.
 """
 from __future__ import annotations
 
@@ -13,14 +13,15 @@ import hashlib
 from collections.abc import Mapping
 from pathlib import Path
 
-from .families import find_family
-from .family_view import FamilyView
+from .registry import FamilyView, find_family, on_change
 
 PACKAGE_DIR = Path(__file__).resolve().parent
 KERNELS_DIR = PACKAGE_DIR / "kernels"
 
-SHARED_SOURCES: tuple[str, ...] = ("formats.py", "kernels/convert.py", "kernels/blockscale.py",
-                                   "kernels/dependent_launch.py")
+# The shared CuTe-DSL helpers every kernel may import (the public `kernelforge.kernels`) and the
+# format table: hashed into every op's key.
+SHARED_SOURCES: tuple[str, ...] = ("formats.py", "kernels/__init__.py", "kernels/convert.py", "kernels/blockscale.py",
+                                   "kernels/dependent_launch.py", "kernels/dsmem.py", "kernels/fakes.py")
 # op -> its family's own source files (as the family lists them: relative to its source root).
 OP_SOURCES: Mapping[str, tuple[str | Path, ...]] = FamilyView(lambda f: f.sources)
 
@@ -50,3 +51,6 @@ def source_hash(op: str) -> str:
     if fam is not None and fam.distribution:
         h = hashlib.sha256(f"{h}\0{fam.distribution}\0{fam.version}".encode()).hexdigest()
     return h
+
+
+on_change(source_hash.cache_clear)

@@ -15,7 +15,7 @@ import pytest
 os.environ["KERNELFORGE_ALLOW_UNSIGNED"] = "*"
 os.environ.pop("KERNELFORGE_TRUSTED_KEYS", None)
 
-DEFAULT_SPEC = Path(__file__).resolve().parents[1] / "kernelforge" / "data" / "specs" / "quantize.toml"
+DEFAULT_SPEC = Path(__file__).resolve().parents[1] / "specs" / "quantize.toml"
 
 
 @pytest.fixture(scope="session")

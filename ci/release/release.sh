@@ -6,6 +6,8 @@
 # Usage: ci/release/release.sh [OUT_DIR=dist]
 # env: SIGNING_KEY     the release private key (`kernelforge key generate`; in CI a secret), required
 #      TRUSTED_KEYS    the public keys merge and verify trust (default: "$SIGNING_KEY.pub")
+#      SPECS (space-separated spec files or directories, default specs/: the spec files this repository's
+#      release builds; add an op-family plugin's spec files to ship its kernels too),
 #      SHARDS (2), ARCHES ("sm_90a sm_100a"), ONLY (space-separated --only globs, default all),
 #      KF (the kernelforge command; the op-family plugins to ship must be installed where it runs),
 #      REBUILD_SAMPLE (merge --rebuild-sample, e.g. 0.05: rebuild and compare a sample of every shard),
@@ -25,11 +27,12 @@ WORK="$(mktemp -d)"
 trap 'rm -rf "$WORK"' EXIT
 arch_args=(); for a in $ARCHES; do arch_args+=(--arch "$a"); done
 only_args=(); for g in ${ONLY:-}; do only_args+=(--only "$g"); done
+spec_args=(); for s in ${SPECS:-specs}; do spec_args+=(--spec "$s"); done
 audit_args=(); if [ -n "${REBUILD_SAMPLE:-}" ]; then audit_args=(--rebuild-sample "$REBUILD_SAMPLE"); fi
 
 shard_dirs=()
 for ((i = 1; i <= SHARDS; i++)); do           # shards are 1-based; in CI one job per shard
-  $KF build -q --cache "$WORK/shard-$i" --shard "$i/$SHARDS" "${arch_args[@]}" "${only_args[@]}"
+  $KF build -q --cache "$WORK/shard-$i" --shard "$i/$SHARDS" "${spec_args[@]}" "${arch_args[@]}" "${only_args[@]}"
   $KF cache sign --key "$SIGNING_KEY" --cache "$WORK/shard-$i"
   shard_dirs+=("$WORK/shard-$i")
 done

@@ -188,8 +188,8 @@ def _compile_all(store: CacheStore, todo: list[tuple[Any, str]], args: tuple[Any
 
 def rebuild_reasons(store: CacheStore, plan: Any, tc: dict[str, Any]) -> dict[str, str]:
     """key -> why each variant to build is not up to date (damage, or the key ingredient that
-    changed against the nearest cached entry; see cache/keydiff.py)."""
-    from ..cache.keydiff import miss_reason
+    changed against the nearest cached entry; see cache/maintenance/keydiff.py)."""
+    from ..cache.maintenance.keydiff import miss_reason
 
     damaged = {key: reason for key, _, reason in plan.damaged}
     entries = list(store.index().values()) if plan.todo else []

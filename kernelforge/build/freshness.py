@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any, Sequence
 
 from ..cache import CacheStore, Entry
-from ..cache.verification import entry_file_problems
+from ..cache.maintenance.verification import entry_file_problems
 
 
 @dataclass

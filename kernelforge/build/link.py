@@ -14,7 +14,7 @@ import subprocess
 import sysconfig
 from pathlib import Path
 
-from ..cache.layout import runtime_lib_name
+from ..cache.read.layout import runtime_lib_name
 from ..errors import BuildError
 from .toolchain import site_paths
 

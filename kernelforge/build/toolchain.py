@@ -110,6 +110,11 @@ def toolchain() -> dict[str, Any]:
     }
 
 
+# The public name (`kernelforge.build.toolchain_fingerprint`): a package attribute named
+# `toolchain` would be shadowed by this submodule once it is imported.
+toolchain_fingerprint = toolchain
+
+
 def fingerprint_of(tc: dict[str, Any]) -> str:
     return hashlib.sha256(json.dumps(tc, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
 

@@ -7,9 +7,9 @@ Lock order is always key lock, then index lock.
 
 Transfers publish many entries in a row (`import`, `pull`, `merge`): inside `publishing_batch()`
 each entry is moved into place as above, but the index (and its dispatch views, rewritten whole)
-is written once per `BATCH_INDEX_EVERY` entries and at the end, not once per entry: rewriting a
-1638-entry index costs ~0.4-0.7 s on the build host, so per-entry writes made importing an
-820-entry bundle take ~6 minutes. A crash inside a batch leaves at most that many intact entries
+is written once per `BATCH_INDEX_EVERY` entries and at the end, not once per entry: rewriting
+the whole index per entry makes importing a bundle quadratic in its size (docs/performance.md).
+A crash inside a batch leaves at most that many intact entries
 unindexed: `kernelforge build` re-indexes them, `kernelforge cache repair` too.
 """
 from __future__ import annotations
@@ -26,13 +26,13 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator, Mapping, Protocol
 
-from kernelforge.cache.entry import Entry
-from kernelforge.cache.fsio import NotRegularFile, current_umask, fsync_dir, read_regular
-from kernelforge.cache.index import read_index_checked, write_index
-from kernelforge.cache.integrity import file_problems, sha256_file  # noqa: F401  (sha256_file: re-exported)
-from kernelforge.cache.layout import META_NAME, Layout, check_key, check_kind
-from kernelforge.cache.trust import TrustedRoot
-from kernelforge.cache.views import DispatchViews
+from kernelforge.cache.read.entry import Entry
+from kernelforge.cache.read.fsio import NotRegularFile, current_umask, fsync_dir, read_regular
+from kernelforge.cache.read.index import read_index_checked, write_index
+from kernelforge.cache.read.integrity import file_problems, sha256_file  # noqa: F401  (sha256_file: re-exported)
+from kernelforge.cache.read.layout import META_NAME, Layout, check_key, check_kind
+from kernelforge.cache.read.trust import TrustedRoot
+from kernelforge.cache.read.views import DispatchViews
 from kernelforge.errors import CacheError
 
 if TYPE_CHECKING:
@@ -93,7 +93,7 @@ def tmp_dir_is_stale(path: Path) -> bool:
 
 
 class CacheStore:
-    """A cache rooted at a local directory (see layout.py for what goes where)."""
+    """A cache rooted at a local directory (see read/layout.py for what goes where)."""
 
     def __init__(self, root: str | os.PathLike[str]) -> None:
         self.root = Path(root)

@@ -52,7 +52,7 @@ app = typer.Typer(help="Ahead-of-time CuTe-DSL kernel builds and a versioned art
 def version_text() -> str:
     """kernelforge, toolchain, TVM-FFI ABI, default cache root, local GPU arch (where known)."""
     from kernelforge import __version__
-    from kernelforge.cache.layers import running_versions
+    from kernelforge.cache.read.layers import running_versions
     from kernelforge.config import resolve_cache_root
 
     lines = [f"kernelforge {__version__}"]
@@ -114,7 +114,7 @@ def _main(version: Optional[bool] = typer.Option(None, "--version", "-V", callba
                                                  help="Show versions (kernelforge, toolchain, TVM-FFI ABI), the "
                                                       "default cache root and the local GPU's arch, and "
                                                       "exit.")) -> None:
-    from kernelforge.cache.fsio import limits_problem
+    from kernelforge.cache.read.fsio import limits_problem
 
     problem = limits_problem()  # the size caps every command that reads the cache applies
     if problem:

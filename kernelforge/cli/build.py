@@ -7,6 +7,9 @@ published stays, so running the same command again builds only what is missing.
 Output: on a terminal a progress bar (ETA, the variant compiling, failures); in a log a plain
 progress line every --progress-interval seconds and every 10% (cli/progress.py); `--format json`
 prints one machine-readable report on stdout (progress lines then go to stderr).
+
+The command parses and renders: the build itself (pull, compile, tuning tables, gc, push) is
+`build.pipeline.run_build`, which returns a `BuildOutcome` that `_BuildView` prints.
 """
 from __future__ import annotations
 
@@ -14,16 +17,20 @@ import os
 import sys
 from dataclasses import dataclass
 from enum import Enum
-from typing import List, Optional
+from typing import TYPE_CHECKING, List, Optional
 
 import typer
 from rich.console import Console
 
 from ..cache import CacheStore
-from ..config import resolve_cache_root, resolve_spec_paths, tuning_dir_for
+from ..config import resolve_cache_root
 from ..errors import KernelforgeError
-from ._common import fail
+from ..spec.files import resolve_spec_paths
+from ._common import EXIT_FAILED, EXIT_USAGE, fail
 from .progress import DEFAULT_INTERVAL_S, BarReporter, LineReporter, Reporter
+
+if TYPE_CHECKING:
+    from ..build.pipeline import BuildOutcome, TransferReport, VariantResult
 
 PROGRESS_ENV = "KERNELFORGE_PROGRESS_INTERVAL"
 MAX_JOBS = 1024  # compile workers take ~1 GB each: more is a typo, not a machine
@@ -52,8 +59,8 @@ class _Tally:
 
 
 def build(
-    spec: Optional[List[str]] = typer.Option(None, "--spec", help="Spec file(s); default: the package's "
-                                             "kernelforge/data/specs/*.toml."),
+    spec: Optional[List[str]] = typer.Option(None, "--spec", help="Spec file(s) or directories; default: "
+                                             "every op family's spec.toml (built-ins and plugins)."),
     arch: Optional[List[str]] = typer.Option(None, "--arch", help="Only these arches (e.g. sm_90a)."),
     jobs: Optional[int] = typer.Option(None, "--jobs", "-j", help="Worker processes, 1 to "
                                        f"{MAX_JOBS} (default: CPU count)."),
@@ -150,7 +157,6 @@ def _reporter(o: BuildOptions, out: Console) -> Reporter:
 
 
 def _build(o: BuildOptions, tally: _Tally) -> None:
-    from ..build.driver import build_variants
     from ..build.hermetic import ignored_compile_env
     from ..build.shard import parse_shard
     from ._common import select_or_exit
@@ -159,10 +165,8 @@ def _build(o: BuildOptions, tally: _Tally) -> None:
     # soft_wrap: a log keeps whole lines (`tuning table ...: tuning.NVIDIA H100 80GB HBM3.sm_90a`).
     out = Console(highlight=False, soft_wrap=True, stderr=as_json)  # json: stdout holds the report alone
     err = Console(stderr=True, highlight=False, soft_wrap=True)
-    say = (lambda line: None) if o.quiet else (lambda line: out.print(line, markup=False))
-    jobs, verbose, verify = o.jobs, o.verbose, o.verify
-    if jobs is not None and not 1 <= jobs <= MAX_JOBS:
-        fail(f"--jobs {jobs}: expected a number of worker processes from 1 to {MAX_JOBS}")
+    if o.jobs is not None and not 1 <= o.jobs <= MAX_JOBS:
+        fail(f"--jobs {o.jobs}: expected a number of worker processes from 1 to {MAX_JOBS}")
     try:
         shard_spec = parse_shard(o.shard) if o.shard is not None else None
         paths = resolve_spec_paths(o.spec)
@@ -172,15 +176,13 @@ def _build(o: BuildOptions, tally: _Tally) -> None:
     variants = select_or_exit(paths, o.only, o.arch)
     if o.remote_mode is not None and not o.remote:
         fail("--remote-mode needs --remote URL")
-    push_remote = False
-    if o.remote and not o.check_reproducible and not o.dry_run:
-        from .transfer import build_remote_pushes
-
-        push_remote = build_remote_pushes(o.remote, o.remote_mode, err)  # exit 2 before building anything
-    say(f"cache: {root} ({source}); {len(variants)} variant(s) from {len(paths)} spec file(s)")
+    # exit 2 before building anything
+    push = bool(o.remote) and not o.check_reproducible and not o.dry_run and _pushes(o.remote, o.remote_mode, err)
+    if not o.quiet:
+        out.print(f"cache: {root} ({source}); {len(variants)} variant(s) from {len(paths)} spec file(s)", markup=False)
     store = CacheStore(root)
     try:
-        from ..cache.gc import effective_limit
+        from ..cache.maintenance.gc import effective_limit
 
         limit, limit_source = effective_limit(store, o.max_size)
     except ValueError as exc:
@@ -190,100 +192,146 @@ def _build(o: BuildOptions, tally: _Tally) -> None:
     if o.check_reproducible:
         from .release import check_reproducible_cmd
 
-        raise typer.Exit(check_reproducible_cmd(variants, store, sample=o.sample, jobs=jobs, shard=shard_spec,
+        raise typer.Exit(check_reproducible_cmd(variants, store, sample=o.sample, jobs=o.jobs, shard=shard_spec,
                                                 out=out, err=err, as_json=as_json))
     if o.dry_run:
         _dry_run(variants, store, o, shard_spec, out)
         return
-    if o.remote:
-        from .transfer import build_pull
+    from ..build.pipeline import BuildRequest, run_build
 
-        remote_keys = build_pull(store, o.remote, variants, out)
-    reporter = _reporter(o, out)
-    started = False
-
-    def on_start(n: int) -> None:
-        nonlocal started
-        tally.total = n
-        if n:
-            started = True
-            reporter.start(n)
-
-    def on_result(r) -> None:
-        if r.status == "up to date":
-            return
-        tally.built += r.status == "built"
-        reporter.done(r.name, r.status == "failed")
-        if r.status == "failed":
-            reporter.note(f"FAILED {r.name} ({r.seconds:.2f}s)\n{r.error}")
-        elif verbose and not o.quiet:
-            reporter.note(f"built {r.name} in {r.seconds:.2f}s")
-            if r.reason:
-                reporter.note(f"  why: {r.reason}")
-
+    view = _BuildView(o, out, err, store, limit_source, tally)
+    request = BuildRequest(tuple(variants), store, jobs=o.jobs, verify=o.verify, shard=shard_spec,
+                           explain=o.verbose or as_json, remote=o.remote or None, push=push, max_size=limit)
     try:
-        report = build_variants(variants, store, jobs=jobs, on_result=on_result, on_start=on_start,
-                                on_begin=reporter.begin, verify=verify, shard=shard_spec, explain=verbose or as_json)
+        outcome = run_build(request, view)
     except KernelforgeError as exc:
         fail(str(exc))
-    finally:
-        if started:
-            reporter.stop()
-    for name, reason in report.replaced:
-        say(f"replaced damaged entry {name} ({reason}); the damaged copy is in {store.layout.quarantine}")
-    if report.stale_removed:
-        say(f"removed {report.stale_removed} staging dir(s) left by dead builds")
-    built = [r for r in report.results if r.status == "built"]
-    if built:
-        times = sorted(r.seconds for r in built)
-        say(f"compile time per variant: min {times[0]:.2f}s, median {times[len(times) // 2]:.2f}s, "
-            f"max {times[-1]:.2f}s")
-    summary = (f"built {report.count('built')}, up to date {report.count('up to date')}, "
-               f"failed {report.count('failed')} in {report.seconds:.1f}s")
-    if o.quiet and not as_json:
-        out.print(summary, markup=False)
-    else:
-        say(summary)
-    from ..tuner.tables import import_table
+    view.show(outcome)
 
-    tables = []
-    for table in sorted({tuning_dir_for(p) for p in paths}):
-        for path in sorted(table.glob("*.json")) if table.is_dir() else ():
-            try:
-                outcome = import_table(store, path, verify=verify)
-            except KernelforgeError as exc:
-                fail(str(exc))
-            except ValueError as exc:
-                fail(str(exc), 1)
-            tables.append({"file": path.name, "outcome": str(outcome)})
-            say(f"tuning table {path.name}: {outcome}")
-    gc_report = None
-    if limit is not None and store.writable_problem() is None:
-        from ..cache.gc import gc
-        from .cache import human_bytes
 
-        protect = {r.key for r in report.results if r.key}
-        gc_report = gc(store, max_size=limit, protect=protect)
-        if gc_report.removed:
-            say(f"size limit {human_bytes(limit)} (from {limit_source}): evicted {len(gc_report.removed)} least "
-                f"recently used entr(ies), {human_bytes(gc_report.bytes_before)} -> "
-                f"{human_bytes(gc_report.bytes_after)}")
-        if gc_report.over_limit:
-            err.print(f"warning: the cache ({human_bytes(gc_report.bytes_after)}) stays over its size limit "
-                      f"{human_bytes(limit)}: this build's selection alone is larger", markup=False)
-    if as_json:
-        from .json_schemas import emit
+def _pushes(url: str, mode: str | None, err: Console) -> bool:
+    """Whether `build --remote` pushes after building; a note where a read-only remote makes it pull only."""
+    from ..build.pipeline import remote_pushes
 
-        emit("build", {**report.to_dict(), "dry_run": False, "tuning_tables": tables,
-                       "gc": gc_report.to_dict() if gc_report is not None else None})
-    if push_remote:
-        from .transfer import build_push
+    try:
+        pushes = remote_pushes(url, mode)
+    except KernelforgeError as exc:  # a bad URL, a missing backend, read-write on a read-only remote
+        fail(str(exc))
+    if mode is None and not pushes:
+        err.print(f"note: remote {url} is read-only (http/https): pull only, nothing is pushed (--remote-mode pull)",
+                  markup=False)
+    return pushes
 
-        build_push(store, o.remote, remote_keys, out)
-    if report.failed:
-        for r in report.failed:
-            err.print(f"failed: {r.name}", markup=False)
-        raise typer.Exit(1)
+
+class _BuildView:
+    """How `kernelforge build` shows a build: while it runs (a build.pipeline.BuildProgress) the pull's
+    report and the progress, and what came before the push as the push starts; then the outcome."""
+
+    def __init__(self, o: BuildOptions, out: Console, err: Console, store: CacheStore, limit_source: str,
+                 tally: _Tally) -> None:
+        self.o, self.out, self.err, self.store, self.limit_source, self.tally = o, out, err, store, limit_source, tally
+        self.reporter = _reporter(o, out)
+        self.started = self.shown_local = False
+
+    def say(self, line: str) -> None:
+        if not self.o.quiet:
+            self.out.print(line, markup=False)
+
+    def pulled(self, report: TransferReport) -> None:
+        from .transfer import show
+
+        try:
+            show(report, self.out)
+        except typer.Exit:
+            self.out.print("the refused entries will be built locally", markup=False)
+
+    def start(self, todo: int) -> None:
+        self.tally.total = todo
+        if todo:
+            self.started = True
+            self.reporter.start(todo)
+
+    def begin(self, name: str) -> None:
+        self.reporter.begin(name)
+
+    def result(self, r: VariantResult) -> None:
+        if r.status == "up to date":
+            return
+        self.tally.built += r.status == "built"
+        self.reporter.done(r.name, r.status == "failed")
+        if r.status == "failed":
+            self.reporter.note(f"FAILED {r.name} ({r.seconds:.2f}s)\n{r.error}")
+        elif self.o.verbose and not self.o.quiet:
+            self.reporter.note(f"built {r.name} in {r.seconds:.2f}s")
+            if r.reason:
+                self.reporter.note(f"  why: {r.reason}")
+
+    def stop(self) -> None:
+        if self.started:
+            self.reporter.stop()
+
+    def pushing(self, outcome: BuildOutcome) -> None:
+        self._local(outcome)
+
+    def show(self, outcome: BuildOutcome) -> None:
+        """The outcome; exit 1 (a variant failed, a refusal, an invalid tuning table) or 2 (a stage could not run)."""
+        from ..build.pipeline import INVALID, REJECTED
+
+        if outcome.build is not None:
+            self._local(outcome)
+        if outcome.error is not None:
+            fail(outcome.error.message, EXIT_FAILED if outcome.error.kind in (REJECTED, INVALID) else EXIT_USAGE)
+        if outcome.pushed is not None:
+            from .transfer import show
+
+            show(outcome.pushed, self.out)
+        if outcome.failed:
+            for r in outcome.failed:
+                self.err.print(f"failed: {r.name}", markup=False)
+            raise typer.Exit(1)
+
+    def _local(self, outcome: BuildOutcome) -> None:
+        """The compile, the tuning tables, gc and the JSON report (once)."""
+        if self.shown_local:
+            return
+        self.shown_local = True
+        report, say = outcome.build, self.say
+        for name, reason in report.replaced:
+            say(f"replaced damaged entry {name} ({reason}); the damaged copy is in {self.store.layout.quarantine}")
+        if report.stale_removed:
+            say(f"removed {report.stale_removed} staging dir(s) left by dead builds")
+        times = sorted(r.seconds for r in report.results if r.status == "built")
+        if times:
+            say(f"compile time per variant: min {times[0]:.2f}s, median {times[len(times) // 2]:.2f}s, "
+                f"max {times[-1]:.2f}s")
+        summary = (f"built {report.count('built')}, up to date {report.count('up to date')}, "
+                   f"failed {report.count('failed')} in {report.seconds:.1f}s")
+        as_json = self.o.format == "json"
+        if self.o.quiet and not as_json:
+            self.out.print(summary, markup=False)
+        else:
+            say(summary)
+        for table in outcome.tables:
+            say(f"tuning table {table.file}: {table.outcome}")
+        if outcome.error is not None:  # a tuning table: no gc, no report
+            return
+        gc_report = outcome.gc
+        if gc_report is not None:
+            from .cache import human_bytes
+
+            limit = human_bytes(gc_report.max_size)
+            if gc_report.removed:
+                say(f"size limit {limit} (from {self.limit_source}): evicted {len(gc_report.removed)} least "
+                    f"recently used entr(ies), {human_bytes(gc_report.bytes_before)} -> "
+                    f"{human_bytes(gc_report.bytes_after)}")
+            if gc_report.over_limit:
+                self.err.print(f"warning: the cache ({human_bytes(gc_report.bytes_after)}) stays over its size "
+                               f"limit {limit}: this build's selection alone is larger", markup=False)
+        if as_json:
+            from .json_schemas import emit
+
+            emit("build", {**report.to_dict(), "dry_run": False, "tuning_tables": [t.to_dict() for t in outcome.tables],
+                           "gc": gc_report.to_dict() if gc_report is not None else None})
 
 
 def _dry_run(variants, store: CacheStore, o: BuildOptions, shard_spec, out: Console) -> None:

@@ -10,10 +10,11 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from kernelforge.cache import CacheStore, clean, stats, verify
-from kernelforge.cache.entry import Entry
-from kernelforge.cache.layers import EXPLICIT_SOURCES, Layer, resolve_layers, verify_layer
-from kernelforge.cache.origin import origin_text
+from kernelforge.cache import CacheStore, clean, stats
+from kernelforge.cache.maintenance.verification import verify_layer
+from kernelforge.cache.read.entry import Entry
+from kernelforge.cache.read.layers import EXPLICIT_SOURCES, Layer, resolve_layers
+from kernelforge.cache.read.origin import origin_text
 from kernelforge.cli._common import out_console
 from kernelforge.config import resolve_cache_root
 from kernelforge.errors import CacheError
@@ -184,7 +185,7 @@ def _print_stats(console: Console, report, layer: Layer, layered: bool) -> None:
     summary.add_row("Total size", f"{human_bytes(report.tree_bytes)} (every file under the root: index, dispatch "
                     f"views, usage records, locks too); on disk {human_bytes(report.disk_bytes)} (du)")
     if layer.writable:
-        from kernelforge.cache.gc import effective_limit
+        from kernelforge.cache.maintenance.gc import effective_limit
 
         try:
             limit, source = effective_limit(CacheStore(report.root))
@@ -270,7 +271,7 @@ def verify_cmd(cache: Optional[Path] = CacheOpt, fmt: Fmt = FormatOpt) -> None:
 def repair_cmd(cache: Optional[Path] = CacheOpt, fmt: Fmt = FormatOpt) -> None:
     """Rebuild the index from the entries' meta.json (re-hashed), quarantine damaged entries,
     remove group/other write permission, rewrite the dispatch views. Never deletes an entry."""
-    from kernelforge.cache.repair import repair
+    from kernelforge.cache.maintenance.repair import repair
 
     store, source = _open(cache)
     problem = store.writable_problem()
@@ -402,7 +403,7 @@ def gc_cmd(
 ) -> None:
     """Evict entries by size (LRU order from the runtime's recorded last use, else build time) and/or
     age. A runtime library goes only once no kept kernel links it; tuning tables are kept."""
-    from kernelforge.cache.gc import effective_limit, gc, parse_age
+    from kernelforge.cache.maintenance.gc import effective_limit, gc, parse_age
 
     store, source = _open(cache)
     try:
@@ -456,7 +457,8 @@ def limit_cmd(
 ) -> None:
     """Show or set the cache's size limit (kept in <root>/v1/config.json), which every build applies
     afterwards with `cache gc --max-size` (like `ccache -M`). $KERNELFORGE_CACHE_MAX_SIZE overrides it."""
-    from kernelforge.cache.gc import effective_limit, parse_size, write_limit
+    from kernelforge.cache.maintenance.gc import effective_limit, write_limit
+    from kernelforge.cache.read.fsio import parse_size
 
     store, source = _open(cache, must_exist=size is not None and size != "none" and False)
     if size is not None:
@@ -503,7 +505,7 @@ def _auditor(sample: Optional[str]):
         return None
     try:
         from kernelforge.build.audit import parse_sample, rebuild_auditor
-        from kernelforge.config import resolve_spec_paths
+        from kernelforge.spec.files import resolve_spec_paths
 
         return rebuild_auditor(parse_sample(sample), resolve_spec_paths(None),
                                say=lambda line: _err().print(f"note: {line}", markup=False))
@@ -517,7 +519,7 @@ def _auditor(sample: Optional[str]):
 
 def _authority(trusted_keys: Optional[Path], allow_unsigned: bool):
     """The command's trust settings; exit 2 with one line if the trusted keys are unusable."""
-    from kernelforge.cache.provenance import Authority
+    from kernelforge.cache.transfer.provenance import Authority
 
     try:
         return Authority.configured(trusted_keys, allow_unsigned)
@@ -540,7 +542,7 @@ def merge_cmd(
     """Merge source caches into the cache: verified copies of entries a trusted key signed,
     published atomically; identical keys skipped; conflicting bytes for one key refused and
     quarantined (exit 1, both sha256s named). --dry-run writes nothing."""
-    from kernelforge.cache.merge import merge
+    from kernelforge.cache.transfer.merge import merge
 
     authority = _authority(trusted_keys, allow_unsigned)
     audit = _auditor(rebuild_sample)
@@ -577,10 +579,28 @@ def merge_cmd(
         raise typer.Exit(1)
 
 
-# ---- transfers: remote stores (fsspec) and offline bundles; logic in cache/remote.py and cache/bundle.py ----
+# ---- transfers: remote stores (fsspec) and offline bundles. Each command declares its options and
+# calls `_transfer`; the logic is kernelforge.cache.transfer (commands.run_transfer, remote, bundle) ----
 
 OnlyOpt = typer.Option(None, "--only", help="Only entries whose name (or key) matches this glob; "
                                             "a kernel brings its runtime library.")
+
+
+def _transfer(action: str, target: str | Path, cache: Optional[Path], fmt: Fmt, *,
+              trusted_keys: Optional[Path] = None, allow_unsigned: bool = False, rebuild_sample: Optional[str] = None,
+              **options) -> None:
+    """The one body of push, pull, export and import: for a transfer that accepts entries, its trust
+    settings and --rebuild-sample check (exit 2 if unusable); the cache (it must exist for a
+    transfer that only reads it); `run_transfer(action, ...)` with the command's other options
+    (exit 1: the source failed verification, 2: it cannot run); then the report (exit 1 on a
+    refusal or a failed --verify)."""
+    from kernelforge.cache.transfer.commands import TRANSFERS, run_transfer
+    from kernelforge.cli import transfer
+
+    if "authority" in TRANSFERS[action].options:  # pull, import: entries arrive, signatures are checked
+        options.update(authority=_authority(trusted_keys, allow_unsigned), audit=_auditor(rebuild_sample))
+    store, _ = _open(cache, must_exist=not TRANSFERS[action].writes_cache)
+    transfer.show(transfer.run(run_transfer, action, store, target, **options), _out(), as_json=fmt is Fmt.json)
 
 
 @app.command("push")
@@ -590,11 +610,7 @@ def push_cmd(url: str = typer.Argument(..., help="fsspec URL: file://, s3://, gs
                                           "entries, read the remote, list what would be pushed."),
              fmt: Fmt = FormatOpt) -> None:
     """Upload the entries the remote lacks (blobs, then the entry, then the remote index)."""
-    from kernelforge.cache.remote import push
-    from kernelforge.cli import transfer
-
-    store, _ = _open(cache)
-    transfer.show(transfer.run(push, store, url, only=only, dry_run=dry_run), _out(), as_json=fmt is Fmt.json)
+    _transfer("push", url, cache, fmt, only=only, dry_run=dry_run)
 
 
 @app.command("pull")
@@ -608,24 +624,15 @@ def pull_cmd(url: str = typer.Argument(..., help="fsspec URL: file://, s3://, gs
              fmt: Fmt = FormatOpt) -> None:
     """Download the entries this cache lacks that a trusted key signed; every file is re-hashed
     before it is published; a key held with other bytes is a conflict (quarantined, exit 1)."""
-    from kernelforge.cache.remote import pull
-    from kernelforge.cli import transfer
-
-    authority, audit = _authority(trusted_keys, allow_unsigned), _auditor(rebuild_sample)
-    store, _ = _open(cache, must_exist=False)
-    transfer.show(transfer.run(pull, store, url, only=only, authority=authority, audit=audit, dry_run=dry_run),
-                  _out(), as_json=fmt is Fmt.json)
+    _transfer("pull", url, cache, fmt, trusted_keys=trusted_keys, allow_unsigned=allow_unsigned,
+              rebuild_sample=rebuild_sample, only=only, dry_run=dry_run)
 
 
 @app.command("export")
 def export_cmd(file: Path = typer.Argument(..., help="The bundle to write (.tar.gz)."),
                cache: Optional[Path] = CacheOpt, only: Optional[list[str]] = OnlyOpt, fmt: Fmt = FormatOpt) -> None:
     """Write a deterministic .tar.gz bundle of entries (re-hashed first) for offline machines."""
-    from kernelforge.cache.bundle import export_bundle
-    from kernelforge.cli import transfer
-
-    store, _ = _open(cache)
-    transfer.show(transfer.run(export_bundle, store, file, only=only), _out(), as_json=fmt is Fmt.json)
+    _transfer("export", file, cache, fmt, only=only)
 
 
 @app.command("import")
@@ -640,18 +647,5 @@ def import_cmd(file: Path = typer.Argument(..., help="A bundle written by `cache
                fmt: Fmt = FormatOpt) -> None:
     """Import a bundle's entries this cache lacks that a trusted key signed: safe members only,
     every file re-hashed; a key held with other bytes is a conflict (quarantined, exit 1)."""
-    from kernelforge.cache.bundle import import_bundle
-    from kernelforge.cli import transfer
-
-    authority, audit = _authority(trusted_keys, allow_unsigned), _auditor(rebuild_sample)
-    store, _ = _open(cache, must_exist=False)
-    report = transfer.run(import_bundle, store, file, authority=authority, audit=audit, dry_run=dry_run)
-    if verify_after and dry_run:
-        report.notes.append("verify: skipped (--dry-run imported nothing)")
-    checked = verify(store) if verify_after and not dry_run else None
-    if checked is not None:
-        report.notes.extend(f"verify: {p}" for p in checked.problems)
-        report.notes.append(f"verify: {'OK' if checked.ok else 'FAILED'} ({checked.entries} entries)")
-    transfer.show(report, _out(), as_json=fmt is Fmt.json)
-    if checked is not None and not checked.ok:
-        raise typer.Exit(1)
+    _transfer("import", file, cache, fmt, trusted_keys=trusted_keys, allow_unsigned=allow_unsigned,
+              rebuild_sample=rebuild_sample, dry_run=dry_run, verify_after=verify_after)

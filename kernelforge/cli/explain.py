@@ -8,7 +8,7 @@ from typing import Any, List, Optional
 import typer
 from rich.console import Console
 
-from ..cache.origin import origin_text
+from ..cache.read.origin import origin_text
 from ._common import fail
 
 DTYPES = {"bf16": "bfloat16", "fp16": "float16", "half": "float16", "fp32": "float32", "float": "float32"}
@@ -37,7 +37,7 @@ def explain(
     not, which key ingredient changed against the nearest cached build; for an OP and call
     arguments, every cached candidate with why it was chosen or rejected (sources, arch, K-class,
     alignment, tuning). Exit 0 when it is served/cached, 1 when not, 2 for bad arguments."""
-    from kernelforge.cache.layers import resolve_layers
+    from kernelforge.cache.read.layers import resolve_layers
     from kernelforge.sources import OP_SOURCES
 
     layers = resolve_layers(cache)
@@ -60,9 +60,9 @@ def explain(
 def _explain_variants(pattern: str, spec: Optional[List[str]], arch: Optional[List[str]], layers: list,
                       fmt: Fmt) -> int:
     from kernelforge.cache import CacheStore
-    from kernelforge.cache.keydiff import key_diff, nearest_entry
-    from kernelforge.config import resolve_spec_paths
+    from kernelforge.cache.maintenance.keydiff import key_diff, nearest_entry
     from kernelforge.spec import load_specs, select
+    from kernelforge.spec.files import resolve_spec_paths
 
     from ._common import select_or_exit
     from .specs import _nearest_names_hint
@@ -85,7 +85,7 @@ def _explain_variants(pattern: str, spec: Optional[List[str]], arch: Optional[Li
     from kernelforge.sources import source_hash
 
     stores = [(CacheStore(layer.root), layer) for layer in layers if layer.root.is_dir()]
-    from kernelforge.cache.trust import TrustedRoot
+    from kernelforge.cache.read.trust import TrustedRoot
 
     for store, layer in stores:  # a cache the runtime refuses to read serves nothing: say so (UntrustedCache)
         if layer.source != "wheel" and store.layout.schema_root.is_dir():
@@ -203,15 +203,15 @@ def _explain_call(op: str, args: List[str], layers: list, fmt: Fmt) -> int:
     stride_bytes = int(stride) if stride is not None else k * ELEMENT_BYTES.get(kv.get("dtype", ""), 2)
     staged = None
     if op == "quantize_columnwise" and kv.get("layout") == "linear":
-        from kernelforge.staging import staged_shape
+        from kernelforge.families.scale_layout.staging import staged_shape
 
         if staged_shape(fmt_name, FORMATS[fmt_name].block, m, k, kv.get("outputs") == "dual",
                         kv.get("transform", "none")):
             kv["layout"] = "swizzled"  # what runs; the pass then writes the linear scales
-            staged = ("linear scales are staged at this shape (kernelforge/staging.py): the swizzled build "
-                      "explained here runs, then the scale_layout pass rewrites its scales row-major (with 16-byte "
-                      "aligned, contiguous scale buffers; the direct linear build otherwise, or when the cache "
-                      "lacks the pass)")
+            staged = ("linear scales are staged at this shape (kernelforge/families/scale_layout/staging.py): "
+                      "the swizzled build explained here runs, then the scale_layout pass rewrites its scales "
+                      "row-major (with 16-byte aligned, contiguous scale buffers; the direct linear build "
+                      "otherwise, or when the cache lacks the pass)")
     ex = explain_call(table, op, kv, capability, k, FORMATS[fmt_name].block, align, stride_bytes, m, device)
     if fmt is Fmt.json:
         from .json_schemas import emit

@@ -34,7 +34,7 @@ def package(
 
     signer = None
     if sign_key is not None:
-        from ..cache.signing import load_signing_key
+        from ..cache.read.signing import load_signing_key
 
         try:
             signer = load_signing_key(sign_key)

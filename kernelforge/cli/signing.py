@@ -1,5 +1,5 @@
 """`kernelforge key generate` and `kernelforge cache sign`: release keys and signed manifests
-(`kernelforge.cache.signing`; the README's "Shipping kernels" says where each step runs)."""
+(`kernelforge.cache.read.signing`; the README's "Shipping kernels" says where each step runs)."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -24,7 +24,7 @@ def generate(path: Path = typer.Argument(..., help="Where to write the private k
              ) -> None:
     """Write a new ed25519 key pair: PATH (private, mode 0600; keep it in your CI's secrets) and
     PATH.pub (one line to add to the trusted-keys file of every machine that receives kernels)."""
-    from kernelforge.cache.signing import generate_key
+    from kernelforge.cache.read.signing import generate_key
 
     try:
         public = generate_key(path, comment)
@@ -44,8 +44,8 @@ def sign(key: Path = typer.Option(..., "--key", help="Private key file (`kernelf
     signed with KEY into v1/signatures/. merge, import, pull and installed kernel wheels accept
     entries only when a trusted key signed them."""
     from kernelforge.cache import CacheStore
-    from kernelforge.cache.provenance import sign_cache
-    from kernelforge.cache.signing import load_signing_key
+    from kernelforge.cache.read.signing import load_signing_key
+    from kernelforge.cache.transfer.provenance import sign_cache
     from kernelforge.config import resolve_cache_root
 
     root, source = resolve_cache_root(cache)

@@ -9,8 +9,8 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from kernelforge.config import resolve_spec_paths
 from kernelforge.spec import Variant
+from kernelforge.spec.files import resolve_spec_paths
 
 app = typer.Typer(help="Inspect the kernel variants declared by spec files.", no_args_is_help=True)
 
@@ -75,7 +75,7 @@ def _nearest_names_hint(pattern: str, names: list[str]) -> str:
 def show(
     spec: list[str] | None = typer.Option(
         None, "--spec", help="Spec file or directory of *.toml (repeatable). Default: $KERNELFORGE_SPEC_DIR/*.toml, "
-        "else the package's kernelforge/data/specs/*.toml."),
+        "else every op family's own spec files (kernelforge/families/*/spec.toml and the plugins')."),
     only: list[str] | None = typer.Option(
         None, "--only", help="Glob on variant names (repeatable; any match keeps a variant)."),
     arch: list[str] | None = typer.Option(None, "--arch", help="Keep only this arch (repeatable)."),

@@ -7,10 +7,10 @@ from typing import List, Optional
 
 import typer
 
+from ..build.tables import import_table
 from ..cache import CacheStore
 from ..config import resolve_cache_root
 from ..errors import KernelforgeError
-from ..tuner.tables import import_table
 
 
 def tune(
@@ -39,8 +39,8 @@ def tune(
     if not torch.cuda.is_available():
         typer.echo("error: kernelforge tune needs a CUDA GPU (it times the cached kernels)", err=True)
         raise typer.Exit(2)
+    from ..build.tables import publish_table
     from ..tuner.measure import tune as run
-    from ..tuner.tables import publish_table
 
     data = run(root, device_name, only, log=typer.echo)
     if not data["choices"]:

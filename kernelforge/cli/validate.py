@@ -22,8 +22,9 @@ from typing import Optional
 import typer
 
 from ..cache import CacheStore
-from ..cache.layers import EXPLICIT_SOURCES, Layer, present_layers, verify_layer
-from ..config import gpu_test_dir
+from ..cache.maintenance.verification import verify_layer
+from ..cache.read.layers import EXPLICIT_SOURCES, Layer, present_layers
+from ..config import gpu_test_dirs
 from ..runtime.arch import arch_runs_on
 from ._pytest_outcomes import OUTCOMES_ENV
 
@@ -114,9 +115,9 @@ def runnable_kernels(stores: list[CacheStore], gpu: Gpu) -> tuple[int, list[str]
     return count, usable
 
 
-def run_gpu_tests(root: Path | None, test_dir: Path) -> PytestOutcome:
-    """Run the `gpu`-marked tests under `test_dir` against the cache at `root` (None: the layers
-    the runtime resolves by itself); count their outcomes."""
+def run_gpu_tests(root: Path | None, test_dirs: list[Path]) -> PytestOutcome:
+    """Run the `gpu`-marked tests under `test_dirs` against the cache at `root` (None: the layers
+    the runtime resolves by itself), with the shipped pytest.ini of the first; count their outcomes."""
     with tempfile.TemporaryDirectory(prefix="kf-validate-") as tmp:
         outcomes = Path(tmp) / "outcomes.json"
         env = {k: v for k, v in os.environ.items() if root is not None or k != "KERNELFORGE_CACHE_DIR"}
@@ -124,7 +125,8 @@ def run_gpu_tests(root: Path | None, test_dir: Path) -> PytestOutcome:
                     "KERNELFORGE_REQUIRE_GPU": "1", OUTCOMES_ENV: str(outcomes),
                     "PYTHONPATH": os.pathsep.join(filter(None, [str(CHECKOUT), os.environ.get("PYTHONPATH")]))})
         cmd = [sys.executable, "-m", "pytest", "-m", "gpu", "-q", "-rfEsxX", "-p", "no:cacheprovider",
-               "-p", "kernelforge.cli._pytest_outcomes", str(test_dir)]
+               "-c", str(test_dirs[0] / "pytest.ini"), "--rootdir", str(test_dirs[0].parent),
+               "-p", "kernelforge.cli._pytest_outcomes", *map(str, test_dirs)]
         rc = subprocess.call(cmd, env=env)
         try:
             data = json.loads(outcomes.read_text(encoding="utf-8"))
@@ -164,9 +166,10 @@ def _validate(cache: Optional[str], tests: bool) -> str:
     entries, stores = _verify(layers, need_kernels=not tests)
     if not tests:
         return f"{entries} entries verified (GPU tests not run: --no-tests)"
-    test_dir = gpu_test_dir()
-    if not test_dir.is_dir():
-        raise ValidateFailed(f"GPU tests not found at {test_dir} (reinstall kernelforge)", 2)
+    test_dirs = gpu_test_dirs()
+    missing = [str(d) for d in test_dirs if not d.is_dir()]
+    if missing:
+        raise ValidateFailed(f"GPU tests not found at {', '.join(missing)} (reinstall kernelforge)", 2)
     import importlib.util
 
     if importlib.util.find_spec("pytest") is None:
@@ -176,7 +179,7 @@ def _validate(cache: Optional[str], tests: bool) -> str:
     where = f"arch {', '.join(arches)} ({gpu.name})"
     typer.echo(f"GPU: {gpu.name}, capability {gpu.capability[0]}.{gpu.capability[1]}; {kernels} kernel(s) for it")
     explicit = layers[0].root if layers[0].source in EXPLICIT_SOURCES else None
-    outcome = run_gpu_tests(explicit, test_dir)
+    outcome = run_gpu_tests(explicit, test_dirs)
     problem = outcome.problem()
     if problem:
         raise ValidateFailed(f"{problem}, {where}", 1)

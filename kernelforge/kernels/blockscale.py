@@ -2,7 +2,7 @@
 
 Every kernel that emits MXFP8 / MXFP4 / NVFP4 goes through `BlockQuantizer`: the kernels
 differ in how they produce a block of fp32 values (plain load, RMSNorm, ...) and where
-they write it, never in the quantization arithmetic, which is bit-exact to NUMERICS.md.
+they write it, never in the quantization arithmetic, which is bit-exact to docs/numerics.md.
 """
 import cutlass
 import cutlass.cute as cute
@@ -78,9 +78,9 @@ class BlockQuantizer:
 
     def __init__(self, fmt: Format, scale_mode: str, warp_uniform: bool = False, branch_free: bool = False) -> None:
         """`warp_uniform`: NVFP4 picks its rounding path for the converged threads of a warp
-        together (see `quantize`); measured on an H100 to help the fused kernel with a scale
-        that saturates some blocks, and to slow the dual tile kernel (1.47x -> 1.38x at
-        4096 x 7168) with a calibrated one, so each kernel chooses. `branch_free`: NVFP4 always
+        together (see `quantize`); it helps the fused kernel with a scale that saturates some
+        blocks and slows the dual tile kernel with a calibrated one, so each kernel chooses
+        (docs/performance.md). `branch_free`: NVFP4 always
         takes the clamping path (one instruction more per element than the below-7 path, and
         no branch), for kernels where the compiler predicates both paths instead of branching."""
         self.fmt = fmt
@@ -178,7 +178,7 @@ class BlockQuantizer:
             # clamp at 6, one instruction less per element. Only saturated or underflowed scales
             # and NaN/Inf blocks take the clamping path, which is exact for every block. With
             # `warp_uniform` the converged threads of the warp choose together: a warp that
-            # splits runs both paths (RESULTS.md, session 7).
+            # splits runs both paths (docs/performance.md).
             if cutlass.const_expr(self.branch_free):
                 self.pack(x, x16, mag, enc, words)
             else:

@@ -1,6 +1,6 @@
 """Device-side conversion helpers shared by every quantization kernel (CuTe-DSL, no torch).
 
-Everything here is bit-exact to NUMERICS.md. Hopper (sm_90) has no E2M1 or UE8M0 convert
+Everything here is bit-exact to docs/numerics.md. Hopper (sm_90) has no E2M1 or UE8M0 convert
 instruction, so E2M1 and the power-of-two scales are computed with integer/FMA tricks that
 are also valid (and identical) on sm_100. Each helper is one small inline-PTX or integer
 expression so the arithmetic stays visible and the compiler cannot re-associate it.

@@ -4,8 +4,8 @@ Every kernelforge kernel is launched with `use_pdl=PDL` and begins with `enter_d
 before it touches global memory. The wait keeps stream order for any producer (kernelforge's or
 not): nothing is read before the previous grid has finished and its writes are visible. The
 trigger lets the next grid in the stream be launched once every CTA of this one has started, so
-its launch and CTA placement overlap this grid's last wave instead of following it (H100, fused
-RMSNorm NVFP4 16384 x 1536: 29.0 -> 26.9 us per call, RESULTS.md).
+its launch and CTA placement overlap this grid's last wave instead of following it
+(docs/performance.md).
 """
 import cutlass.cute as cute
 

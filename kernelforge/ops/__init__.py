@@ -1,17 +1,24 @@
-"""The public torch-facing ops of the built-in op families; importing this registers them as
-`torch.ops.kernelforge.*` (each op module registers its own, next to its eager function)."""
+"""The torch side shared by every op family: argument checks, output shapes and buffers, fakes,
+the fast path, the dispatch table and the custom-op wrapper (`kernelforge.extend` is its public
+face). The built-in families' public functions are `kernelforge.<name>`; they still resolve
+from here for one release, with a DeprecationWarning."""
 from __future__ import annotations
 
 import importlib
-
-from ..families import builtin_api
-from ._common import set_cache_root  # noqa: F401  (in __all__ below)
-
-
-def _export() -> list[str]:
-    for name, module in builtin_api().items():
-        globals()[name] = getattr(importlib.import_module(module), name)
-    return ["set_cache_root", *builtin_api()]
+import warnings
+from typing import Any
 
 
-__all__ = _export()
+def __getattr__(name: str) -> Any:
+    if name == "set_cache_root":
+        from .launch import set_cache_root
+
+        return set_cache_root
+    from ..registry import builtin_api
+
+    module = builtin_api().get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    warnings.warn(f"kernelforge.ops.{name} moved to kernelforge.{name}; the old import path is removed in the next "
+                  "release", DeprecationWarning, stacklevel=2)
+    return getattr(importlib.import_module(module), name)

@@ -5,7 +5,7 @@ import math
 
 import torch
 
-from . import _common as c
+from . import checks
 
 FLT_MAX = 3.4028234663852886e38  # largest finite fp32 (the references import it from here)
 
@@ -19,7 +19,7 @@ def nvfp4_global_scale(x: torch.Tensor) -> torch.Tensor:
     """
     if not isinstance(x, torch.Tensor):
         raise TypeError(f"x: expected a torch.Tensor, got {type(x).__name__}")
-    if x.dtype not in c.DTYPES:
+    if x.dtype not in checks.DTYPES:
         raise ValueError(f"x: expected dtype bfloat16, float16 or float32, got {x.dtype}")
     amax = x.detach().abs().amax().float().reshape(1) if x.numel() else torch.zeros(1, device=x.device)
     return global_scale_of_amax(amax)
@@ -27,8 +27,9 @@ def nvfp4_global_scale(x: torch.Tensor) -> torch.Tensor:
 
 def global_scale_of_amax(amax: torch.Tensor) -> torch.Tensor:
     """NVFP4 calibration of fp32 amaxes, element-wise on their device (no sync): `448*6 / amax`
-    capped at FLT_MAX for a finite amax > 0, and 1.0 for amax 0, +Inf or NaN (NUMERICS.md; the
-    references in `ops/reference.py` use this same function, which the runtime imports without them).
+    capped at FLT_MAX for a finite amax > 0, and 1.0 for amax 0, +Inf or NaN (docs/numerics.md; the
+    references in kernelforge/testing/references.py use this same function, which the runtime
+    imports without them).
 
     Always finite and positive: 0 (from Inf) would zero every block and NaN would poison every
     one, while with 1.0 only the non-finite blocks (scale byte 0x7F whatever g is) are lost.

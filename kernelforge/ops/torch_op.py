@@ -1,7 +1,7 @@
 """An eager function and its `torch.library` custom op side by side (quack's `cute_op` pattern).
 
 Every kernelforge op, built in or from a plugin, is a `TorchOp`: calling it runs the eager
-function directly (the dispatcher round trip costs microseconds per call; benchmarks/RESULTS.md),
+function directly (the dispatcher round trip adds host time to every call; docs/performance.md),
 and while torch.compile traces it, the registered custom op, whose fake implementation gives
 exact output shapes and dtypes so that `fullgraph=True` traces through it.
 
@@ -9,9 +9,8 @@ Registration happens at import, so it is on every process's startup path. Every 
 registered with the `torch.library.Library` calls that `torch.library.custom_op` makes for it
 (the same schema, tags, backend, fake, autograd and, for an op that mutates arguments,
 ADInplaceOrView kernels), except that its autograd kernel (torch's own, `make_autograd_impl`)
-is built on its first use: building it creates a class per op, half of `custom_op`'s cost
-(measured 9 of 18 ms for seven ops on the build host). On the H100 host `custom_op` took 1.6 ms
-for the one mutating op, the Library calls 0.3-0.5 ms per op (benchmarks/diag_registration.py).
+is built on its first use: building it creates a class per op, a large share of `custom_op`'s
+cost (docs/performance.md; `benchmarks/diag.py registration` times the registration calls).
 tests/ops/test_torch_op.py compares both registrations, kernel by dispatch key.
 """
 from __future__ import annotations
@@ -51,9 +50,8 @@ class TorchOp:
 
     `schema`, when given, is that schema written out: exactly what
     `torch.library.infer_schema(eager, mutates_args=mutates_args)` returns. Inferring it costs
-    0.1-0.15 ms per op at every process start (0.84 ms for the seven built-in ops on the build
-    host), so the built-in ops give it; tests/ops/test_torch_op.py checks each given schema
-    against the inferred one.
+    import time at every process start (docs/performance.md), so the built-in ops give it;
+    tests/ops/test_torch_op.py checks each given schema against the inferred one.
     """
 
     def __init__(self, qualname: str, eager: Callable[..., Any], *, fake: Callable[..., Any],
@@ -125,7 +123,7 @@ def _register_version_bump(lib: torch.library.Library, qualname: str, name: str,
 def _register_fake(lib: torch.library.Library, qualname: str, fake: Callable[..., Any]) -> None:
     """`torch.library.register_fake(qualname, fake, lib=lib)` without its caller lookup: that one
     reads the calling frame's source file and scans sys.modules for its module (inspect
-    getframeinfo/getmodule; 12 of 71 ms of `import kernelforge.ops` on the build host), only to
+    getframeinfo/getmodule, paid at every `import kernelforge.ops`), only to
     name the caller in messages. The fake implementation is registered in torch's registry as
     register_fake does it, with the function's own file and line as its source; where that
     registry is not there in this form, through register_fake itself."""

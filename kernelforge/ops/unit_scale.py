@@ -8,9 +8,9 @@ this thread's capture mode set to relaxed: the default (global) mode refuses a p
 and its synchronization on any stream ("operation not permitted when stream is capturing").
 
 The private stream is created through the CUDA driver (`cuStreamCreate`): `torch.cuda.Stream()`
-first fills torch's pool of streams for the device, 3.0-4.4 ms against 0.3 ms for the copy
-itself (H100 host, fresh processes, `benchmarks/diag_ones.py`), which was most of an NVFP4 op's
-first call without a global scale.
+first fills torch's pool of streams for the device, which costs far more than the copy itself
+and would dominate an NVFP4 op's first call without a global scale (docs/performance.md;
+`benchmarks/diag.py ones`).
 """
 from __future__ import annotations
 

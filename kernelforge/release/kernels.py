@@ -30,7 +30,7 @@ SHA256SUMS                   sha256 of every other file of the package (sha256su
 
 Its METADATA pins `Requires-Dist: kernelforge==<version>` (and `<plugin>==<plugin version>` for a
 plugin's wheel); its entry point `[kernelforge.kernels] <package> = <package>` (a name unique per
-wheel) is how the runtime finds it (`kernelforge.cache.layers`). Only kernels this kernelforge
+wheel) is how the runtime finds it (`kernelforge.cache.read.layers`). Only kernels this kernelforge
 would serve (built from its kernel sources, or the installed plugin's) are packaged, and every
 file is checked against the sha256 the cache recorded.
 
@@ -58,17 +58,17 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from kernelforge.cache.entry import Entry
-from kernelforge.cache.index import index_text
-from kernelforge.cache.layers import (
+from kernelforge.cache.read.entry import Entry
+from kernelforge.cache.read.index import index_text
+from kernelforge.cache.read.layers import (
     ENTRY_POINT_GROUP,
     WHEEL_CACHE_DIR,
     WHEEL_MANIFEST,
     WHEEL_SUMS,
 )
-from kernelforge.cache.layout import INDEX_NAME, META_NAME, SCHEMA_VERSION
+from kernelforge.cache.read.layout import INDEX_NAME, META_NAME, SCHEMA_VERSION
+from kernelforge.cache.read.views import MANIFEST, VIEWS_DIR, dispatch_views
 from kernelforge.cache.store import CacheStore
-from kernelforge.cache.views import MANIFEST, VIEWS_DIR, dispatch_views
 from kernelforge.errors import CacheError
 from kernelforge.release.elf import MANYLINUX, check_manylinux
 
@@ -76,8 +76,9 @@ if TYPE_CHECKING:
     from packaging.tags import Tag
 
     from kernelforge.release.wheel import WheelMember
-# kernelforge.release.wheel (packaging, wheel) is imported where a wheel is written: `sums_problems`
-# runs on runtime-only nodes (`cache verify` of an installed kernel wheel), which have neither.
+# kernelforge.release.wheel (packaging, wheel) is imported where a wheel is written. An installed
+# wheel is checked against its SHA256SUMS by the cache (`cache.maintenance.verification.sums_problems`),
+# on runtime-only nodes too, which have neither.
 
 _ARCH = re.compile(r"sm_(\d+)(\d)([af]?)$")
 LAUNCH_SOURCE = Path(__file__).resolve().parents[1] / "build" / "launch.c"  # the extension's C source
@@ -162,7 +163,7 @@ def _servable(entry: Entry) -> bool:
 
 def op_distribution(op: str) -> tuple[str, str] | None:
     """(distribution, version) of the plugin defining `op`; ("", "") for a built-in op; None if unknown."""
-    from kernelforge.families import find_family
+    from kernelforge.registry import find_family
 
     fam = find_family(op)
     if fam is None:
@@ -255,7 +256,7 @@ def normalised(entry: Entry, created: str) -> Entry:
     """`entry` as a wheel records it: `build_time_s` 0.0 and `created` fixed (see the module
     docstring), and an arrival's `origin` without the builder-local path it came from (a
     temporary shard directory differs on every build); every other field as the cache has it."""
-    from kernelforge.cache.origin import ORIGIN, origin_of
+    from kernelforge.cache.read.origin import ORIGIN, origin_of
 
     origin = origin_of(entry.extra)
     extra = entry.extra if origin is None else {**entry.extra, ORIGIN: {k: v for k, v in origin.items() if k != "from"}}
@@ -312,7 +313,7 @@ def toolchain_record(selected: Iterable[Entry]) -> dict[str, Any]:
 
 
 def manifest_record(wheel: KernelWheel) -> dict[str, Any]:
-    """The wheel's kernelforge_kernels.json: what `kernelforge.cache.layers.compatibility_problem` checks."""
+    """The wheel's kernelforge_kernels.json: what `kernelforge.cache.read.layers.compatibility_problem` checks."""
     from kernelforge import __version__
 
     kernels = [e for e in wheel.entries if e.kind == "kernel"]
@@ -333,10 +334,10 @@ def wheel_files(store: CacheStore, wheel: KernelWheel, *, epoch: int | None = No
     ({path relative to the package: bytes}, e.g. {"SHA256SUMS.sig": ...}); they may not replace a
     file or go under cache/ (every file there is listed in SHA256SUMS). `signer` (a SigningKey)
     adds SIGNATURE.json, the release key's statement over SHA256SUMS and the dispatch manifest
-    and index (`kernelforge.cache.wheel_signature`). The signed manifests that vouch for the
+    and index (`kernelforge.cache.read.wheel_signature`). The signed manifests that vouch for the
     entries' origins go under cache/v1/signatures/, so `cache verify` re-checks them on the node."""
-    from kernelforge.cache.provenance import covering_manifests
-    from kernelforge.cache.signing import SIGNATURES_DIR
+    from kernelforge.cache.read.signing import SIGNATURES_DIR
+    from kernelforge.cache.transfer.provenance import covering_manifests
     from kernelforge.release.wheel import WheelMember, epoch_iso
 
     if not any(e.kind == "kernel" for e in wheel.entries):
@@ -371,8 +372,8 @@ def wheel_files(store: CacheStore, wheel: KernelWheel, *, epoch: int | None = No
                    for path, f in sorted(files.items())).encode("ascii")
     files[f"{pkg}/{WHEEL_SUMS}"] = WheelMember(sums)
     if signer is not None:
-        from kernelforge.cache.signing import sign_statement
-        from kernelforge.cache.wheel_signature import SIGNATURE_FILE, wheel_statement
+        from kernelforge.cache.read.signing import sign_statement
+        from kernelforge.cache.read.wheel_signature import SIGNATURE_FILE, wheel_statement
 
         statement = wheel_statement(wheel.distribution, sums, files[f"{schema}/{VIEWS_DIR}/{MANIFEST}"].data,
                                     files[f"{schema}/{INDEX_NAME}"].data)
@@ -456,29 +457,3 @@ def package_arch(store: CacheStore, arch: str, out_dir: Path, *, distributions: 
     return [package_wheel(store, w, out_dir, extra_files=extra_files, signer=signer)
             for w in plan_wheels(store, [arch], distributions=distributions)]
 
-
-def sums_problems(package_dir: Path) -> list[str]:
-    """What disagrees with an installed kernel wheel's SHA256SUMS (files changed, missing, added)."""
-    try:
-        lines = (package_dir / WHEEL_SUMS).read_text(encoding="ascii").splitlines()
-    except (OSError, ValueError) as exc:
-        return [f"{WHEEL_SUMS} unreadable ({exc})"]
-    listed: dict[str, str] = {}
-    for line in lines:
-        digest, _, rel = line.partition("  ")
-        listed[rel] = digest
-    out = []
-    for rel, digest in sorted(listed.items()):
-        path = package_dir / rel
-        try:
-            actual = hashlib.sha256(path.read_bytes()).hexdigest()
-        except OSError:
-            out.append(f"{rel}: missing")
-            continue
-        if actual != digest:
-            out.append(f"{rel}: sha256 differs from {WHEEL_SUMS}")
-    for path in sorted((package_dir / WHEEL_CACHE_DIR).rglob("*")):
-        rel = path.relative_to(package_dir).as_posix()
-        if path.is_file() and rel not in listed:
-            out.append(f"{rel}: not listed in {WHEEL_SUMS}")
-    return out

@@ -13,8 +13,8 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Sequence
 
-from ..cache.origin import origin_text
-from ..cache.views import coords_id
+from ..cache.read.origin import origin_text
+from ..cache.read.views import coords_id
 from ..sources import OP_SOURCES, source_hash
 from ..spec.kclass import KClass
 
@@ -139,7 +139,7 @@ def explain_call(table: Any, op: str, coords: dict[str, Any], capability: tuple[
 
 
 def _group_entries(reader: Any, group: str) -> list[dict[str, Any]]:
-    from ..cache.index import load_index_for_runtime
+    from ..cache.read.index import load_index_for_runtime
 
     try:
         entries = load_index_for_runtime(reader.root, reader.trusted).values()

@@ -1,12 +1,12 @@
 """Load cached modules: prove each file is the one the index names, then load that very file.
 
-A module is opened through the trust policy (`cache/trust.py`: plain names below the root, no
+A module is opened through the trust policy (`cache/read/trust.py`: plain names below the root, no
 symlink followed, owner and mode checked), its sha256 is computed on the open descriptor and
 compared with the index and with the entry's own meta.json, and the dynamic linker then loads
 `/proc/self/fd/N`, the same open file: a rename between the check and the load cannot swap it
 (writing into the file in place needs write permission, which the policy denies to others).
-Loading the descriptor measured as fast as loading by path on the build host; copying into a
-sealed memfd first cost 0.35 ms more for the 0.7 MB runtime library.
+Loading the descriptor is as fast as loading by path; copying into a sealed memfd first would
+add a copy of every library to each load.
 
 A kernel's runtime library is loaded first, the same way, from the entry its index entry
 names: the module's DT_NEEDED then matches that library's soname and the dynamic linker never
@@ -16,14 +16,14 @@ A descriptor is closed once its file is loaded, so loading modules holds no desc
 dynamic linker identifies loaded objects by the name they were loaded by, and descriptor
 numbers are reused: every load therefore gets a name no earlier load had, the same
 `/proc/self/fd/N` spelled with more slashes after `fd/` (the kernel's path walk ignores them).
-Holding one descriptor per module instead grew a process's descriptor table past 64 entries
-after a few ops in a fresh torch process (46 descriptors after CUDA's start), and the kernel
-grows a shared table only after an RCU grace period: 10-20 ms in the op's first call
-(benchmarks/diag_startup_stall.py, H100 host).
+Holding one descriptor per module instead grows a process's descriptor table past 64 entries
+after a few ops in a fresh torch process, and the kernel grows a shared table only after an RCU
+grace period, a stall in that op's first call (docs/performance.md; `benchmarks/diag.py
+startup-stall`).
 
 The runtime library is imported as a Python extension: its launcher (build/launch.c) calls the
 kernels' TVM-FFI entry points with torch tensors. The tvm_ffi Python package is never imported
-(155 ms on the H100 host): only its C library, libtvm_ffi.so, which the kernels and the launcher
+(its import would dominate the first call): only its C library, libtvm_ffi.so, which the kernels and the launcher
 link against, is loaded (globally, as tvm_ffi itself loads it, so that both share one copy).
 """
 from __future__ import annotations
@@ -40,8 +40,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from ..cache.layout import META_NAME, SCHEMA_VERSION, Layout, runtime_lib_name
-from ..cache.trust import MissingCacheFile, TrustedRoot, check_component
+from ..cache.read.layout import META_NAME, SCHEMA_VERSION, Layout, runtime_lib_name
+from ..cache.read.trust import MissingCacheFile, TrustedRoot, check_component
 from ..errors import CacheError, CorruptArtifact
 
 _lock = threading.Lock()

@@ -6,13 +6,8 @@ tune` times them on a GPU for each bucket of M and stores the winners as a tunin
 cache. The runtime uses the newest table measured on a device of the same name and arch that
 covers the call (older ones where a newer, partial table does not), for the ops whose kernel
 sources match the table's; otherwise `heuristic_rank` decides, through the op family's
-heuristic (`OpFamily.heuristic`, kernelforge/families/builtin.py):
-
-* quantize: 128 threads per CTA, then fewer units per thread (measured best on an H100 in
-  most shapes; see benchmarks/RESULTS.md).
-* rmsnorm_quantize: 32 elements per thread for hidden sizes up to 8192, 64 above (H100: 64
-  keeps more bytes in flight per thread where a row spans many warps or CTAs).
-* quantize_grouped: 128 threads per CTA (as quantize; the default spec builds only that).
+heuristic (`OpFamily.heuristic`). Each family states its heuristic in the `heuristic` function
+of its family.py (kernelforge/families/<name>/family.py); docs/performance.md has the measurements.
 """
 from __future__ import annotations
 
@@ -21,9 +16,9 @@ from bisect import bisect_left
 from pathlib import Path
 from typing import Any, Mapping
 
-from ..families import builtin_families, find_family
+from ..cache.read.table_schema import M_BUCKETS, SCHEMA, validate_table  # noqa: F401  (SCHEMA, M_BUCKETS: re-exported)
+from ..registry import builtin_families, find_family
 from ..sources import source_hash
-from .table_schema import M_BUCKETS, SCHEMA, validate_table  # noqa: F401  (SCHEMA, M_BUCKETS: re-exported)
 
 BUCKET_SAMPLE_M = (128, 2048, 16384)  # the M that `kernelforge tune` times for each bucket
 # The built-in ops that have tuning axes, and those axes (from their op families).
@@ -53,7 +48,7 @@ class TuningTable:
 
     def __init__(self, data: Mapping[str, Any]) -> None:
         """Raises TableSchemaError (a ValueError) naming the key path of `data` that is wrong
-        (`kernelforge.runtime.table_schema`)."""
+        (`kernelforge.cache.read.table_schema`)."""
         validate_table(data)
         self.device: str = data["device"]
         self.arch: str = data["arch"]
@@ -72,8 +67,8 @@ class TuningTable:
     @classmethod
     def read(cls, path: str | Path) -> TuningTable:
         """The table in the file `path`: OSError (a FIFO or device is never opened, see
-        `kernelforge.cache.fsio.read_regular`), ValueError if it is not JSON or not a table."""
-        from ..cache.fsio import read_regular
+        `kernelforge.cache.read.fsio.read_regular`), ValueError if it is not JSON or not a table."""
+        from ..cache.read.fsio import read_regular
 
         return cls(json.loads(read_regular(path, follow=True)))
 

@@ -1,7 +1,7 @@
 """K-classes: compile-time specializations on K and on alignment (what the runtime matches a call
 against). Separate from the spec model so that the runtime imports it without the variant and
-spec-file records (each frozen dataclass costs ~0.7 ms to create at import on the build host);
-`KClass` itself is a NamedTuple for the same reason (~0.9 -> ~0.15 ms)."""
+spec-file records (each frozen dataclass class is costly to create at import);
+`KClass` itself is a NamedTuple for the same reason."""
 
 import math
 import re

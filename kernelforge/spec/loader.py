@@ -18,9 +18,10 @@ except ModuleNotFoundError:  # Python 3.10
     import tomli as tomllib  # type: ignore[no-redef]
 
 from kernelforge.errors import SpecError
+from kernelforge.registry import OP_SCHEMAS
+from kernelforge.schema import SCHEMA_VERSIONS, OpSchema, Value
 from kernelforge.spec.locate import find_line
 from kernelforge.spec.model import KCLASS_NAME, KClass, Spec, Variant, kclass_problem
-from kernelforge.spec.schema import OP_SCHEMAS, SCHEMA_VERSIONS, OpSchema, Value
 
 _TOP_KEYS = ("schema", "op", "axes", "exclude")
 _NOWHERE = object()

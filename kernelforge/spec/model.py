@@ -5,6 +5,8 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
+from kernelforge.registry import OP_SCHEMAS
+from kernelforge.schema import OpSchema, Value
 from kernelforge.spec.kclass import (  # noqa: F401  (re-exported: the spec model's names)
     KCLASS_FIELDS,
     KCLASS_NAME,
@@ -13,7 +15,6 @@ from kernelforge.spec.kclass import (  # noqa: F401  (re-exported: the spec mode
     KClass,
     kclass_problem,
 )
-from kernelforge.spec.schema import OP_SCHEMAS, OpSchema, Value
 
 
 @dataclass(frozen=True)

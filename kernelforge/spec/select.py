@@ -5,8 +5,8 @@ from collections.abc import Iterable
 from fnmatch import fnmatchcase
 
 from kernelforge.errors import SpecError
+from kernelforge.schema import ARCHES
 from kernelforge.spec.model import Variant
-from kernelforge.spec.schema import ARCHES
 
 
 def select(variants: Iterable[Variant], *, only: list[str] | None = None,

@@ -6,7 +6,7 @@ over enough inputs to exceed 4x the L2 cache. The fastest build's tuning values 
 heuristic's pick where no build beats it by `MIN_GAIN`) go into a table
 keyed by device name and arch, together with each op's kernel source hash; the table is
 published into the cache as a checksummed entry of kind "tuning" (listed by `cache ls`, checked
-by `cache verify`; see `kernelforge.tuner.tables`) and read by the runtime (runtime/tuning.py). The ops tuned are the op
+by `cache verify`; see `kernelforge.build.tables`) and read by the runtime (runtime/tuning.py). The ops tuned are the op
 families with tuning axes and timing calls (`OpFamily.timing_calls`), built-in or plugin.
 """
 from __future__ import annotations
@@ -19,8 +19,8 @@ from typing import Any, Callable
 
 import torch
 
-from ..families import OpFamily, families, get_family
 from ..formats import FORMATS
+from ..registry import OpFamily, families, get_family
 from ..runtime.arch import arch_runs_on
 from ..runtime.dispatch import Candidate, DispatchTable
 from ..runtime.tuning import BUCKET_SAMPLE_M, M_BUCKETS, SCHEMA, heuristic_rank, tuning_values
@@ -33,8 +33,8 @@ def tuned_families() -> dict[str, OpFamily]:
 
 
 # A candidate replaces the family's heuristic pick only when it is at least this much faster at
-# the sample M: equal candidates differ by noise, and a tie then decided the table (H100,
-# 2026-11-26: 9.8 against 9.8 us at M = 2048 picked 256 threads for MXFP8 linear).
+# the sample M: equal candidates differ by noise, and without a margin noise would decide the
+# table.
 MIN_GAIN = 0.02
 
 

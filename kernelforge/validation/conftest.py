@@ -1,47 +1,8 @@
-"""GPU tests: run against the cache the runtime resolves; skipped with a reason without a GPU,
-failed instead where KERNELFORGE_REQUIRE_GPU=1 (what `kernelforge validate` sets): on a GPU
-runner a test that did not run is a test that did not pass."""
-from __future__ import annotations
-
-import os
-
-import pytest
+"""GPU tests shared by every built-in family (each family's own are in its folder)."""
 import torch
 
-REQUIRE = os.environ.get("KERNELFORGE_REQUIRE_GPU") == "1"
-NO_GPU = "no CUDA GPU available (GPU tests run on a GPU runner: ci/gpu_validate.sh)"
+from kernelforge.testing.pytest_plugin import *  # noqa: F403  (the GPU tests' hooks and fixtures)
 
 # The multi-GPU tests need 2 devices. They are left out of the collection on fewer rather than
 # skipped: `kernelforge validate` fails on any skip, and a 1-GPU runner is a valid runner.
 collect_ignore = [] if torch.cuda.device_count() >= 2 else ["test_multi_gpu.py"]
-
-
-def pytest_collection_modifyitems(config, items):
-    if REQUIRE or torch.cuda.is_available():
-        return
-    for item in items:
-        if "gpu" in item.keywords:
-            item.add_marker(pytest.mark.skip(reason=NO_GPU))
-
-
-def pytest_runtest_setup(item):
-    if REQUIRE and "gpu" in item.keywords and not torch.cuda.is_available():
-        pytest.fail("KERNELFORGE_REQUIRE_GPU=1 but " + NO_GPU, pytrace=False)
-
-
-@pytest.fixture
-def poison():
-    """Fill a buffer with a recognisable non-zero pattern so unwritten bytes show up."""
-    def fill(t: torch.Tensor) -> torch.Tensor:
-        t.view(torch.uint8).fill_(0xA5)
-        return t
-    return fill
-
-
-@pytest.fixture
-def forbid_checked_path(monkeypatch):
-    """A context in which the ops' checked (validating) path raises: calls inside it prove that
-    the out= fast path served them."""
-    from kernelforge.validation._quant_helpers import forbidding_checked_path
-
-    return forbidding_checked_path(monkeypatch)

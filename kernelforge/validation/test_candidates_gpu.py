@@ -3,24 +3,19 @@
 The other GPU tests go through the public functions, which run the build that the tuning table
 (or the heuristic) picks. A different GPU or table may pick any other candidate, so each build
 is also called directly here on fresh random inputs into poisoned buffers and compared with the
-reference: quantize bit for bit, the fused ops within the NUMERICS.md tolerance.
+reference: quantize bit for bit, the fused ops within the docs/numerics.md tolerance.
 """
 from __future__ import annotations
-
-import sys
-from pathlib import Path
 
 import pytest
 import torch
 
 from kernelforge.formats import FORMATS
-from kernelforge.ops import _common
-from kernelforge.ops.reference import quantize_ref
+from kernelforge.ops import checks, launch
 from kernelforge.runtime.arch import arch_runs_on
+from kernelforge.testing.references import quantize_ref
 from kernelforge.tuner.measure import problem_k
-
-sys.path.insert(0, str(Path(__file__).parent))
-from _fused_helpers import Tally, compare_fused, reference  # noqa: E402
+from kernelforge.validation.fused_checks import Tally, compare_fused, reference
 
 pytestmark = pytest.mark.gpu
 DTYPES = {"bfloat16": torch.bfloat16, "float16": torch.float16, "float32": torch.float32}
@@ -28,7 +23,7 @@ M = 129  # one partial 128-row tile of swizzled scales
 
 
 def _builds(op: str):
-    table = _common.dispatch_table()
+    table = launch.dispatch_table()
     cap = torch.cuda.get_device_capability()
     out = []
     for group, cands in sorted(table.groups().items()):
@@ -41,7 +36,7 @@ def _builds(op: str):
 
 def _buffers(coords, m, k, poison):
     fmt = FORMATS[coords["format"]]
-    d_shape, s_shape = _common.output_shapes(fmt, (m, k), m, coords["layout"])
+    d_shape, s_shape = checks.output_shapes(fmt, (m, k), m, coords["layout"])
     data = poison(torch.empty(d_shape, dtype=getattr(torch, fmt.data_dtype), device="cuda"))
     scale = poison(torch.empty(s_shape, dtype=getattr(torch, fmt.scale_dtype), device="cuda"))
     g = (torch.rand(1, device="cuda") * 1000 + 1) if fmt.has_global_scale else None

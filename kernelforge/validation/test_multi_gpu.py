@@ -3,7 +3,7 @@ collection on fewer, so `kernelforge validate` does not count it as a skip there
 
 What is checked, with cuda:0 the current device throughout unless a test says otherwise:
 * every public op on cuda:1 gives the bytes of the same op on cuda:0 (same inputs copied), and
-  leaves cuda:0 current (the kernel wrapper's own device guard; see ops/_common.py "Devices");
+  leaves cuda:0 current (the kernel wrapper's own device guard; see kernelforge/ops/checks.py, check_launch_device);
 * fresh processes whose first kernel call is on cuda:1 (then cuda:0), and the reverse: one
   loaded module (and its one cubin library load) serves both devices;
 * torch's current stream of cuda:1 is the one used: a producer on a side stream of cuda:1,

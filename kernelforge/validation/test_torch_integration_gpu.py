@@ -6,7 +6,7 @@ import torch
 
 import kernelforge
 import kernelforge.ops  # noqa: F401  (registers torch.ops.kernelforge.*)
-from kernelforge.ops.reference import quantize_ref
+from kernelforge.testing.references import quantize_ref
 
 pytestmark = pytest.mark.gpu
 
@@ -129,7 +129,7 @@ def test_custom_op_path_equals_direct_path():
 
 _FIRST_UNIT_SCALE_IN_CAPTURE = """
 import torch, kernelforge
-from kernelforge.ops.reference import quantize_ref
+from kernelforge.testing.references import quantize_ref
 
 def check(x, data, scale, what):
     rd, rs = quantize_ref(x, "nvfp4", layout="swizzled")  # no global scale: 1.0

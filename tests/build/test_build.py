@@ -21,7 +21,7 @@ needs_toolchain = pytest.mark.skipif(toolchain_problem() is not None, reason=str
 needs_binutils = pytest.mark.skipif(not (shutil.which("nm") and shutil.which("readelf")),
                                     reason="nm/readelf (binutils) not installed")
 
-SPEC = REPO / "kernelforge" / "data" / "specs" / "quantize.toml"
+SPEC = REPO / "specs" / "quantize.toml"
 # Tuning tables committed next to the default specs: `kernelforge build` imports each into the
 # cache it builds (one entry of kind "tuning" per table).
 TABLES = sorted((REPO / "kernelforge" / "data" / "tuning").glob("*.json"))
@@ -144,7 +144,7 @@ def test_module_exports_and_needed(built_cache):
 CPU_CALL = """
 import os, sys, torch
 from kernelforge.cache import load_index_for_runtime
-from kernelforge.cache.trust import TrustedRoot
+from kernelforge.cache.read.trust import TrustedRoot
 from kernelforge.runtime.loader import load_function
 root = sys.argv[1]
 idx = load_index_for_runtime(root)
@@ -262,8 +262,8 @@ def test_full_catalog_noop_is_fast(tmp_path, monkeypatch):
     `kernelforge build` compiles nothing, imports no compiler, and finishes well under 2 s."""
     from kernelforge.build.keys import variant_key
     from kernelforge.build.toolchain import current_toolchain_id, toolchain
-    from kernelforge.cache import index as cache_index
     from kernelforge.cache import store as cache_store
+    from kernelforge.cache.read import index as cache_index
     from kernelforge.sources import source_hash
 
     variants = load_specs(sorted(SPEC.parent.glob("*.toml")))  # the default catalog: every spec file
@@ -469,7 +469,7 @@ def test_corrupt_module_is_reported_and_rejected(built_cache, tmp_path, monkeypa
     assert "sha256 mismatch" in proc.stdout and NAMES[0] in proc.stdout and "FAILED: 1 problem(s)" in proc.stdout
     assert NAMES[1] not in proc.stdout
 
-    from kernelforge.cache.trust import TrustedRoot
+    from kernelforge.cache.read.trust import TrustedRoot
 
     trusted = TrustedRoot(root)
     with pytest.raises(CorruptArtifact, match="kernel module .* is corrupt.*kernelforge build --verify"):
@@ -525,7 +525,7 @@ def test_runtime_library_without_the_launcher_is_refused_with_the_rebuild_comman
     meta_path.write_text(json.dumps(meta))
     # In a fresh process: the planted library takes the runtime's soname in the process that loads it.
     code = ("import sys\nfrom kernelforge.cache import load_index_for_runtime\n"
-            "from kernelforge.cache.trust import TrustedRoot\nfrom kernelforge.errors import CorruptArtifact\n"
+            "from kernelforge.cache.read.trust import TrustedRoot\nfrom kernelforge.errors import CorruptArtifact\n"
             "from kernelforge.runtime.loader import load_function\nroot = sys.argv[1]\n"
             "idx = load_index_for_runtime(root)\n"
             "rt = [e for e in idx.values() if e['kind'] == 'runtime'][0]\n"

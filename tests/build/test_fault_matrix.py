@@ -103,7 +103,7 @@ class Case:
 
     def write_index(self, entries: dict) -> None:
         """Rewrite the index *and* its dispatch views consistently (an attacker who knows the format)."""
-        from kernelforge.cache.index import write_index
+        from kernelforge.cache.read.index import write_index
 
         write_index(self.index_path, entries)
 
@@ -195,8 +195,8 @@ def test_index_checksum_edited_to_match_a_planted_module(case: Case, evil_so: Pa
 
 @pytest.mark.parametrize("forge", ["group only", "group renamed and manifest"])
 def test_dispatch_view_edited(case: Case, evil_so: Path, forge: str) -> None:
+    from kernelforge.cache.read.views import group_file_name
     from kernelforge.cache.store import sha256_file
-    from kernelforge.cache.views import group_file_name
 
     views = case.root / "v1" / "dispatch"
     manifest = json.loads((views / "manifest.json").read_text())

@@ -14,7 +14,7 @@ from tests.build._kf_build_helpers import ARCH, NAMES, SELECTION
 from tests.cache._fault_helpers import error_lines, kf, make_fifo
 
 pytestmark = pytest.mark.slow
-DEFAULT_SPEC = Path(__file__).resolve().parents[2] / "kernelforge" / "data" / "specs" / "quantize.toml"
+DEFAULT_SPEC = Path(__file__).resolve().parents[2] / "specs" / "quantize.toml"
 
 
 @pytest.fixture
@@ -83,7 +83,7 @@ def test_build_over_an_unindexed_dir_whose_meta_json_is_a_fifo(cache: Path) -> N
     index = _index(cache)
     key = next(k for k, e in index.items() if e["name"] == NAMES[1])
     entry_dir = cache / "v1" / index.pop(key)["path"]
-    from kernelforge.cache.index import write_index
+    from kernelforge.cache.read.index import write_index
 
     write_index(cache / "v1" / "index.json", index)
     make_fifo(entry_dir / "meta.json")

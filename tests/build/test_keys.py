@@ -17,7 +17,7 @@ from tests.build._kf_build_helpers import REPO, toolchain_problem
 
 pytestmark = pytest.mark.skipif(toolchain_problem() is not None, reason=str(toolchain_problem()))
 
-SPEC = REPO / "kernelforge" / "data" / "specs" / "quantize.toml"
+SPEC = REPO / "specs" / "quantize.toml"
 
 
 @pytest.fixture(scope="module")
@@ -210,15 +210,17 @@ def test_every_kernel_module_belongs_to_some_op():
     from kernelforge.sources import KERNELS_DIR, SHARED_SOURCES
 
     registered = {p for files in OP_SOURCES.values() for p in files} | set(SHARED_SOURCES)
-    on_disk = {f"kernels/{f.name}" for f in KERNELS_DIR.glob("*.py") if f.name != "__init__.py"}
+    on_disk = {f"kernels/{f.name}" for f in KERNELS_DIR.glob("*.py")}
     assert on_disk <= registered, on_disk - registered
 
 
 def test_source_hash_is_per_op():
     """Each op hashes its own kernel plus the shared helpers, not the other ops' kernels."""
     q, r = source_files("quantize"), source_files("rmsnorm_quantize")
-    assert any(f.name == "quantize.py" for f in q) and not any(f.name == "rmsnorm_quantize.py" for f in q)
-    assert any(f.name == "rmsnorm_quantize.py" for f in r) and not any(f.name == "quantize.py" for f in r)
+    q_kernel, r_kernel = (f.parent / "kernel.py" for f in (q[-1], r[-1]))
+    assert q_kernel.parent.name == "quantize" and r_kernel.parent.name == "rmsnorm_quantize"
+    assert q_kernel in q and r_kernel not in q
+    assert r_kernel in r and q_kernel not in r
     assert {f.name for f in q} & {f.name for f in r} >= {"convert.py", "blockscale.py", "formats.py"}
     assert source_hash("quantize") != source_hash("rmsnorm_quantize")
     with pytest.raises(ValueError, match="no kernel sources registered"):

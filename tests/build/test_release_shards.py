@@ -20,9 +20,9 @@ from kernelforge.build.hermetic import ignored_compile_env, pin_compile_env
 from kernelforge.build.reproducible import DIFFERS, OK, compare_entry
 from kernelforge.build.shard import in_shard, parse_shard, shard_of
 from kernelforge.cache import CacheStore, verify
-from kernelforge.cache.index import write_index
-from kernelforge.cache.merge import merge
+from kernelforge.cache.read.index import write_index
 from kernelforge.cache.store import sha256_file
+from kernelforge.cache.transfer.merge import merge
 from kernelforge.cli import app
 from tests.build._kf_build_helpers import ARCH, REPO, cli_env, kf_cmd, toolchain_problem
 

@@ -7,8 +7,8 @@ import pytest
 from typer.testing import CliRunner
 
 from kernelforge.cache import CacheStore, verify
-from kernelforge.cache.bundle import export_bundle, import_bundle
-from kernelforge.cache.remote import pull, push
+from kernelforge.cache.transfer.bundle import export_bundle, import_bundle
+from kernelforge.cache.transfer.remote import pull, push
 from tests.build._kf_build_helpers import ARCH, NAMES, SELECTION
 
 pytestmark = pytest.mark.slow

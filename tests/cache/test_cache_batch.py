@@ -15,9 +15,9 @@ import pytest
 
 import kernelforge.cache.store as store_mod
 from kernelforge.cache import CacheStore, verify
-from kernelforge.cache.bundle import export_bundle, import_bundle
-from kernelforge.cache.merge import merge
-from kernelforge.cache.remote import pull, push
+from kernelforge.cache.transfer.bundle import export_bundle, import_bundle
+from kernelforge.cache.transfer.merge import merge
+from kernelforge.cache.transfer.remote import pull, push
 from tests.cache import _cache_helpers as h
 
 REPO = Path(__file__).resolve().parents[2]
@@ -92,7 +92,7 @@ def test_transfer_writes_the_index_once_per_batch(source, tmp_path, monkeypatch,
 KILLED_IMPORT = """
 import os, signal, sys
 import kernelforge.cache.store as store_mod
-import kernelforge.cache.bundle as bundle
+import kernelforge.cache.transfer.bundle as bundle
 store_mod.BATCH_INDEX_EVERY = {every}
 published = [0]
 real = bundle.publish_staged

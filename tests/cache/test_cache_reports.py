@@ -116,7 +116,7 @@ def test_exported_functions_survive_submodule_imports():
 
     import kernelforge.cache as cache
 
-    for module in ("verification", "cleaning", "statistics"):
+    for module in ("maintenance.verification", "maintenance.cleaning", "maintenance.statistics"):
         importlib.import_module(f"kernelforge.cache.{module}")
     assert callable(cache.verify) and callable(cache.clean) and callable(cache.stats)
-    assert cache.verify.__module__ == "kernelforge.cache.verification"
+    assert cache.verify.__module__ == "kernelforge.cache.maintenance.verification"

@@ -91,7 +91,7 @@ def test_index_is_written_last(store: CacheStore, monkeypatch: pytest.MonkeyPatc
     assert store.orphans() == []
     assert [p.problem for p in verify(store).problems] == ["entry not in the index"]
     assert clean(store).orphans_removed == [] and final.is_dir()
-    from kernelforge.cache.repair import repair
+    from kernelforge.cache.maintenance.repair import repair
 
     assert repair(store).reindexed == [store.read_meta(final).name]
     assert store.get(key) is not None and verify(store).ok
@@ -174,7 +174,7 @@ def test_corrupt_index_is_empty_with_warning(store: CacheStore, content: str) ->
     with pytest.warns(RuntimeWarning), pytest.raises(CacheError, match="cache repair"):
         store.get_or_build(h.key_of("other"), h.fake_build())
     # ... and repair rebuilds it from the entries' meta.json, losing nothing
-    from kernelforge.cache.repair import repair
+    from kernelforge.cache.maintenance.repair import repair
 
     assert repair(store).index_problem is not None
     assert set(store.index()) == {key} and verify(store).ok

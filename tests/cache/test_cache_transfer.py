@@ -12,9 +12,9 @@ import typer
 from typer.testing import CliRunner
 
 from kernelforge.cache import CacheStore, verify
-from kernelforge.cache.bundle import BUNDLE_INDEX, export_bundle, import_bundle
-from kernelforge.cache.remote import INDEX_PATH, Remote, pull, push
-from kernelforge.cache.transfer import Rejected, TransferError
+from kernelforge.cache.transfer.bundle import BUNDLE_INDEX, export_bundle, import_bundle
+from kernelforge.cache.transfer.common import Rejected, TransferError
+from kernelforge.cache.transfer.remote import INDEX_PATH, Remote, pull, push
 from kernelforge.cli import cache as cache_cli
 from tests.cache import _cache_helpers as h
 

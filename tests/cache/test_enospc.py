@@ -15,7 +15,7 @@ from typing import Iterator
 import pytest
 
 from kernelforge.cache import CacheStore
-from kernelforge.cache.bundle import export_bundle
+from kernelforge.cache.transfer.bundle import export_bundle
 from tests.cache import _cache_helpers as h
 from tests.cache._fault_helpers import error_lines, fake_cache, kf, tree_digests
 

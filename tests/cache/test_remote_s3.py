@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from kernelforge.cache import CacheStore
-from kernelforge.cache.remote import INDEX_PATH
+from kernelforge.cache.transfer.remote import INDEX_PATH
 from tests._moto import S3Remote
 from tests.cache import _cache_helpers as h
 

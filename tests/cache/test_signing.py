@@ -17,18 +17,18 @@ import typer
 from typer.testing import CliRunner
 
 from kernelforge.cache import CacheStore, verify
-from kernelforge.cache.bundle import export_bundle, import_bundle
-from kernelforge.cache.merge import merge
-from kernelforge.cache.provenance import Authority, sign_cache
-from kernelforge.cache.remote import pull, push
-from kernelforge.cache.repair import repair
-from kernelforge.cache.signing import (
+from kernelforge.cache.maintenance.repair import repair
+from kernelforge.cache.read.signing import (
     SigningError,
     TrustedKeys,
     generate_key,
     load_signing_key,
     trusted_keys,
 )
+from kernelforge.cache.transfer.bundle import export_bundle, import_bundle
+from kernelforge.cache.transfer.merge import merge
+from kernelforge.cache.transfer.provenance import Authority, sign_cache
+from kernelforge.cache.transfer.remote import pull, push
 from kernelforge.cli import cache as cache_cli
 from tests.cache import _cache_helpers as h
 
@@ -343,7 +343,7 @@ def test_merging_a_cache_into_itself_is_an_error(tmp_path: Path) -> None:
 
 
 def test_no_cryptography_import_on_the_runtime_path() -> None:
-    code = ("import sys, kernelforge.cache.origin, kernelforge.runtime.dispatch; "
+    code = ("import sys, kernelforge.cache.read.origin, kernelforge.runtime.dispatch; "
             "print(any(m.startswith('cryptography') for m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "False"

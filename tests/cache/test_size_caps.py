@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from kernelforge.cache import CacheStore
-from kernelforge.cache.bundle import BUNDLE_INDEX, export_bundle
+from kernelforge.cache.transfer.bundle import BUNDLE_INDEX, export_bundle
 from tests.cache import _cache_helpers as h
 from tests.cache._fault_helpers import error_lines, fake_cache, kf
 
@@ -113,7 +113,7 @@ def test_a_bundle_index_over_its_cap_is_refused(big_cache, tmp_path: Path) -> No
 
 
 def test_a_remote_entry_declaring_a_file_over_the_cap_is_refused_without_download(big_cache, tmp_path, monkeypatch):
-    from kernelforge.cache import remote as remote_mod
+    from kernelforge.cache.transfer import remote as remote_mod
 
     root, entries = big_cache
     url = f"file://{tmp_path / 'remote'}"
@@ -137,7 +137,7 @@ def test_a_remote_entry_declaring_a_file_over_the_cap_is_refused_without_downloa
 
 def test_a_remote_blob_larger_than_recorded_is_read_no_further(tmp_path: Path, monkeypatch) -> None:
     """memory:// takes the object-store path (a ranged read of the recorded size and one byte more)."""
-    from kernelforge.cache import remote as remote_mod
+    from kernelforge.cache.transfer import remote as remote_mod
 
     root = tmp_path / "cache"
     entries = fake_cache(root, ("a", "b"))

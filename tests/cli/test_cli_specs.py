@@ -37,7 +37,7 @@ def test_show_json(default_spec):
     assert r.exit_code == 0, r.output
     data = json.loads(r.stdout)
     assert data["count"] == 120 and len(data["variants"]) == 120
-    assert data["spec_files"] == [str(default_spec)]
+    assert data["spec_files"] == [str(default_spec.resolve())]
     first = data["variants"][0]
     assert first["name"] == "quantize.mxfp8.floor.linear.bfloat16.aligned.sm_90a.t128u1"
     assert first["symbol"].startswith("kf_quantize_mxfp8")

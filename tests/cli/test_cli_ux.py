@@ -13,7 +13,7 @@ import pytest
 from typer.testing import CliRunner
 
 from kernelforge.cache import CacheStore
-from kernelforge.cache.usage_summary import read_usage
+from kernelforge.cache.maintenance.usage_summary import read_usage
 from kernelforge.cli import app
 from kernelforge.sources import source_hash
 
@@ -103,7 +103,7 @@ def test_user_errors_exit_2(tmp_path, args, code, text):
 
 
 def test_build_errors_keep_brackets(tmp_path):
-    spec = REPO / "kernelforge" / "data" / "specs" / "quantize.toml"
+    spec = REPO / "specs" / "quantize.toml"
     bad = tmp_path / "badvalue.toml"
     bad.write_text(spec.read_text().replace('format = ["mxfp8"', 'format = ["mxfp9"', 1)
                    if 'format = ["mxfp8"' in spec.read_text() else spec.read_text().replace("mxfp8", "mxfp9", 1))
@@ -213,7 +213,7 @@ def test_explain_names_the_staged_linear_scales(tmp_path):
 
 
 def test_key_diff_names_the_changed_ingredient(crafted):
-    from kernelforge.cache.keydiff import miss_reason
+    from kernelforge.cache.maintenance.keydiff import miss_reason
 
     entries = list(crafted.index().values())
     name = "quantize.mxfp8.floor.linear.bfloat16.aligned.sm_90a.t128u1"
@@ -282,7 +282,7 @@ def test_cache_limit_and_stats_json(crafted):
 
 
 def test_usage_log_never_raises_and_skips_read_only(tmp_path):
-    from kernelforge.cache.usage import UsageLog
+    from kernelforge.cache.read.usage import UsageLog
 
     root = tmp_path / "ro"
     (root / "v1").mkdir(parents=True)

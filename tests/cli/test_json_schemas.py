@@ -25,7 +25,7 @@ REPO = Path(__file__).resolve().parents[2]
 runner = CliRunner()
 SNAKE = re.compile(r"[a-z][a-z0-9_]*")
 ONE_VARIANT = "quantize.mxfp8.floor.linear.bfloat16.*.sm_90a.t128u1"
-SPEC = REPO / "kernelforge" / "data" / "specs" / "quantize.toml"
+SPEC = REPO / "specs" / "quantize.toml"
 
 # The commands with a `--format json` option and the kinds each prints.
 COMMAND_KINDS = {

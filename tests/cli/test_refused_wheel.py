@@ -16,7 +16,7 @@ from typer.testing import CliRunner
 
 import kernelforge
 from kernelforge.cache import CacheStore
-from kernelforge.cache.layers import WHEEL_CACHE_DIR, WHEEL_MANIFEST, WHEEL_SUMS, running_versions
+from kernelforge.cache.read.layers import WHEEL_CACHE_DIR, WHEEL_MANIFEST, WHEEL_SUMS, running_versions
 from kernelforge.cli import app
 from tests.cli.test_cli_ux import RT_KEY, _publish
 

@@ -96,7 +96,7 @@ def test_outcomes_are_counted_from_a_real_pytest_run(tmp_path):
     (tmp_path / "pytest.ini").write_text("[pytest]\nmarkers =\n    gpu: fake\n")
     (tmp_path / "test_fake_gpu.py").write_text(TESTS)
     (tmp_path / "test_fake_cpu.py").write_text("def test_cpu(): pass\n")  # deselected: not counted
-    outcome = kv.run_gpu_tests(tmp_path / "cache", tmp_path)
+    outcome = kv.run_gpu_tests(tmp_path / "cache", [tmp_path])
     assert outcome.counts == {"passed": 3, "skipped": 1, "xfailed": 1, "failed": 1}, outcome
     assert outcome.exitstatus == 1 and outcome.returncode == 1
     assert outcome.problem() == "1 failed, 1 skipped, 1 xfailed of 6 GPU tests"
@@ -141,7 +141,7 @@ def test_all_passed_validates(tmp_path, fake_gpu):
     _cache_with_kernel(tmp_path)
     runs = fake_gpu({"passed": 264})
     assert _invoke(tmp_path) == (0, "validate: OK: 1 entries verified, arch sm_90a (Fake H100), 264 GPU tests passed")
-    assert runs == [(tmp_path, kv.gpu_test_dir())]
+    assert runs == [(tmp_path, kv.gpu_test_dirs())]
 
 
 def test_a_skip_fails_validation(tmp_path, fake_gpu):

@@ -79,9 +79,9 @@ PROBLEM_KINDS = ("traceback", "hang", "data loss", "wrong error", "bad output")
 KNOWN_BUGS: dict[str, str] = {
     "key-file-is-directory": "a key file that is a directory (`cache sign --key DIR`, `package --sign-key DIR`, "
                              "`--trusted-keys DIR`, also `--key ''`) ends in an IsADirectoryError traceback "
-                             "(kernelforge/cache/signing.py reads it without a check)",
+                             "(kernelforge/cache/read/signing.py reads it without a check)",
     "key-generate-empty-path": "`kernelforge key generate ''` ends in a ValueError traceback (\"PosixPath('.') has "
-                               "an empty name\", kernelforge/cache/signing.py generate_key)",
+                               "an empty name\", kernelforge/cache/read/signing.py generate_key)",
     "export-into-cache": "`kernelforge cache export ROOT/v1/index.json` writes the bundle over the cache's own "
                          "index: every entry drops out of the index (`cache repair` recovers them)",
     "size-cap-data-loss": "with $KERNELFORGE_MAX_INDEX_BYTES below the size of the index and the entries' "

@@ -1,4 +1,4 @@
-"""Bundles (kernelforge/cache/bundle.py member_problem, import_bundle): tar archives built from a
+"""Bundles (kernelforge/cache/transfer/bundle.py member_problem, import_bundle): tar archives built from a
 real export of a crafted cache with members renamed, retyped (links, devices, FIFOs, directories),
 re-sized, dropped, duplicated or rewritten, the bundle index replaced, the stream truncated or
 gzipped. Every archive is imported or refused (Rejected / TransferError, or entries refused in the
@@ -22,8 +22,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from kernelforge.cache import CacheStore
-from kernelforge.cache.bundle import BUNDLE_INDEX, export_bundle, import_bundle, member_problem
-from kernelforge.cache.provenance import Authority
+from kernelforge.cache.transfer.bundle import BUNDLE_INDEX, export_bundle, import_bundle, member_problem
+from kernelforge.cache.transfer.provenance import Authority
 from kernelforge.errors import CacheError
 from tests.cli._crafted import crafted_cache, publish
 from tests.corpus._corpus import Hang, corpus_settings, count, problem, time_limit

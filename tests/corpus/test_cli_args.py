@@ -217,8 +217,8 @@ def command_lines(draw, mutate: bool = False) -> tuple[list[str], dict[str, str 
 @pytest.fixture(scope="module")
 def template(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The files each case starts from (copied per case)."""
-    from kernelforge.cache.bundle import export_bundle
-    from kernelforge.cache.signing import generate_key
+    from kernelforge.cache.read.signing import generate_key
+    from kernelforge.cache.transfer.bundle import export_bundle
 
     t = tmp_path_factory.mktemp("cli-template")
     os.chmod(t, 0o755)
@@ -229,7 +229,7 @@ def template(tmp_path_factory: pytest.TempPathFactory) -> Path:
     (t / "empty").mkdir()
     (t / "file").write_text("not a cache\n")
     (t / "binary").write_bytes(bytes(range(256)) * 4)
-    spec = REPO / "kernelforge" / "data" / "specs" / "quantize.toml"
+    spec = REPO / "specs" / "quantize.toml"
     (t / "spec.toml").write_bytes(spec.read_bytes())
     (t / "specdir").mkdir()
     (t / "specdir" / "quantize.toml").write_bytes(spec.read_bytes())
@@ -240,7 +240,7 @@ def template(tmp_path_factory: pytest.TempPathFactory) -> Path:
     export_bundle(CacheStore(t / "root"), t / "bundle.tar.gz")
     generate_key(t / "release.key", "corpus")
     try:
-        from kernelforge.cache.remote import push
+        from kernelforge.cache.transfer.remote import push
 
         push(CacheStore(t / "root"), f"file://{t / 'remote'}")
     except Exception:  # noqa: BLE001  (no fsspec: the remote stays missing)

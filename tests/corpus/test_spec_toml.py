@@ -18,7 +18,7 @@ from kernelforge.errors import SpecError
 from kernelforge.spec import load_spec, load_specs
 from tests.corpus._corpus import Hang, corpus_settings, count, problem, time_limit
 
-SPECS = sorted((Path(__file__).resolve().parents[2] / "kernelforge" / "data" / "specs").glob("*.toml"))
+SPECS = sorted((Path(__file__).resolve().parents[2] / "specs").glob("*.toml"))
 TEXTS = [p.read_text(encoding="utf-8") for p in SPECS]
 TARGET = "spec_toml"
 VALUE_LINE = re.compile(r"^(\s*[A-Za-z0-9_.\"-]+\s*=\s*)(.*)$")

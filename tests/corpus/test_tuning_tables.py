@@ -16,11 +16,11 @@ from typing import Any
 from hypothesis import given
 from hypothesis import strategies as st
 
+from kernelforge.build.tables import import_table
 from kernelforge.cache import CacheStore, verify
 from kernelforge.errors import KernelforgeError
 from kernelforge.runtime.tuning import TuningTable, table_entries_for
 from kernelforge.sources import source_hash
-from kernelforge.tuner.tables import import_table
 from tests.corpus._corpus import Hang, corpus_settings, count, problem, time_limit
 
 TARGET = "tuning_tables"

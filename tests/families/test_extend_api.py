@@ -5,7 +5,7 @@ import pytest
 import torch
 
 from kernelforge import extend
-from kernelforge.families import get_family
+from kernelforge.registry import get_family
 
 
 def test_dispatch_axes_leave_kclass_and_arch_to_the_runtime():
@@ -79,14 +79,12 @@ def test_torch_op_rejects_a_bad_qualname():
 def test_register_declares_a_family_from_code(monkeypatch):
     """A package used from PYTHONPATH (no entry point) registers its family from code; the
     distribution name and version enter its cache keys as for an installed plugin."""
-    import kernelforge.families as families
-    from kernelforge.families.builtin import QUANTIZE, SCALE_MODE_FITS_FORMAT, schema
+    import kernelforge.registry as families
     from kernelforge.sources import source_hash
 
+    QUANTIZE = families.get_family("quantize")
     monkeypatch.setattr(families, "_registered", {})
-    fam = QUANTIZE._replace(schema=schema("kf_registered_quantize", ("format", "scale_mode", "layout", "dtype",
-                                                                     "kclass", "arch"),
-                                          ("threads", "units_per_thread"), (SCALE_MODE_FITS_FORMAT,)))
+    fam = QUANTIZE._replace(schema=QUANTIZE.schema._replace(name="kf_registered_quantize"))
     with pytest.raises(ValueError, match=r"^distribution: op family 'kf_registered_quantize' needs"):
         families.register(fam)
     got = families.register(fam, distribution="kf-registered", version="1.2")

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from kernelforge.families import ENTRY_POINT_GROUP, families, get_family, plugin_families, reload_plugins
+from kernelforge.registry import ENTRY_POINT_GROUP, families, get_family, plugin_families, reload_plugins
 
 REPO = Path(__file__).resolve().parents[2]
 OP = "demo_quantize"
@@ -26,19 +26,17 @@ PLUGIN = '''
 """A kernelforge op family: the quantize kernel under another op name, with its own spec file."""
 from pathlib import Path
 
-import kernelforge
-from kernelforge.families import OpFamily
-from kernelforge.families.builtin import QUANTIZE, SCALE_MODE_FITS_FORMAT, schema
+from kernelforge.registry import get_family
 
 HERE = Path(__file__).resolve().parent
-KERNELS = Path(kernelforge.__file__).resolve().parent / "kernels"
+QUANTIZE = get_family("quantize")
 
 FAMILY = QUANTIZE._replace(
-    schema=schema("demo_quantize", ("format", "scale_mode", "layout", "dtype", "kclass", "arch"),
-                  ("threads", "units_per_thread"), (SCALE_MODE_FITS_FORMAT,)),
-    sources=(KERNELS / "quantize.py", "__init__.py"),
+    schema=QUANTIZE.schema._replace(name="demo_quantize"),
+    sources=(QUANTIZE.source_root / "kernel.py", QUANTIZE.source_root / "build.py", "__init__.py"),
     source_root=HERE,
     spec_files=(HERE / "demo_quantize.toml",),
+    api=(),
 )
 '''
 
@@ -117,15 +115,16 @@ def env_with(site: Path) -> dict[str, str]:
 def expected_source_hash(site: Path) -> str:
     from kernelforge.sources import PACKAGE_DIR, SHARED_SOURCES, hash_files
 
-    files = [PACKAGE_DIR / s for s in SHARED_SOURCES] + [PACKAGE_DIR / "kernels" / "quantize.py",
+    quantize = PACKAGE_DIR / "families" / "quantize"
+    files = [PACKAGE_DIR / s for s in SHARED_SOURCES] + [quantize / "kernel.py", quantize / "build.py",
                                                           site / "kf_demo_plugin" / "__init__.py"]
     return hashlib.sha256(f"{hash_files(files)}\0{DIST}\0{VERSION}".encode()).hexdigest()
 
 
 def test_plugin_family_registers_with_its_distribution(on_path):
-    from kernelforge.config import resolve_spec_paths
     from kernelforge.sources import source_hash
     from kernelforge.spec import OP_SCHEMAS, load_specs
+    from kernelforge.spec.files import resolve_spec_paths
 
     fam = get_family(OP)
     assert (fam.distribution, fam.version) == (DIST, VERSION)
@@ -162,7 +161,7 @@ def test_builtin_ops_never_scan_entry_points(monkeypatch):
 def test_broken_plugin_warns_once_and_builtins_still_work(tmp_path, on_path, monkeypatch):
     bad = tmp_path / "bad"
     write_dist(bad, "kf-broken", "1.0", "broken = kf_no_such_module:FAMILY\nclash = kf_clash:FAMILY",
-               {"kf_clash/__init__.py": PLUGIN.replace('"demo_quantize", ("format"', '"quantize", ("format"')
+               {"kf_clash/__init__.py": PLUGIN.replace('name="demo_quantize"', 'name="quantize"')
                 .replace("HERE / \"demo_quantize.toml\"", "HERE / \"none.toml\"")})
     monkeypatch.syspath_prepend(str(bad))
     reload_plugins()

@@ -15,16 +15,15 @@ import pytest
 import torch
 
 import kernelforge
-from kernelforge.ops import _common
-from kernelforge.ops.reference import (
+from kernelforge.families.quantize_columnwise.reference import rht_global_scale_ref
+from kernelforge.families.quantize_grouped.reference import quantize_experts_ref, quantize_grouped_ref
+from kernelforge.ops import checks, fast_path
+from kernelforge.testing.references import (
     FLT_MAX,
     dequantize_ref,
     e2m1_decode,
     nvfp4_global_scale_ref,
-    quantize_experts_ref,
-    quantize_grouped_ref,
     quantize_ref,
-    rht_global_scale_ref,
     unpack_fp4,
 )
 
@@ -233,13 +232,13 @@ def test_grouped_rejects_overlapping_out(slot, other):
 
 
 def _fast_key_quantize(x, d, s, fmt="nvfp4", g=None):
-    return _common.fast_lookup("quantize", x, (d, s), (fmt, "linear", "floor"), (g,))[1]
+    return fast_path.fast_lookup("quantize", x, (d, s), (fmt, "linear", "floor"), (g,))[1]
 
 
 @pytest.fixture
 def memo(monkeypatch):
-    monkeypatch.setattr(_common, "fast_calls", {})
-    return _common.fast_calls
+    monkeypatch.setattr(fast_path, "fast_calls", {})
+    return fast_path.fast_calls
 
 
 def test_fast_path_refuses_an_x_that_overlaps_remembered_out(memo):
@@ -249,12 +248,12 @@ def test_fast_path_refuses_an_x_that_overlaps_remembered_out(memo):
     d, s = _at(buf, 8192, M, 32), _fresh(M, 4)
     calls = []
     x0 = _x()
-    _common.remember_fast(_fast_key_quantize(x0, d, s), lambda *a: calls.append(a), (d, s, None), None, x0, (d, s))
+    fast_path.remember_fast(_fast_key_quantize(x0, d, s), lambda *a: calls.append(a), (d, s, None), None, x0, (d, s))
     kernelforge.quantize(_x(), "nvfp4", out=(d, s))  # elsewhere: served
     assert len(calls) == 1
     for start in (16, 8192 + 1024, 8192 + 2048 - 16):  # ends in, inside, starts in d
         x = _at(buf, start, 8192).view(torch.bfloat16).view(M, K)
-        assert _common.overlaps(x, d)
+        assert checks.overlaps(x, d)
         with _raises_overlap("out[0] (data)", "x"):
             kernelforge.quantize(x, "nvfp4", out=(d, s))
     x = _at(buf, 8192 + 2048, 8192).view(torch.bfloat16).view(M, K)  # right behind d: served
@@ -271,7 +270,7 @@ def test_allocating_fast_path_repeats_only_the_remembered_call(memo):
     key = ("quantize", x0.shape, x0.stride(), x0.dtype, x0.get_device(), "nvfp4", "linear", "floor", id(g))
     calls = []
     alloc = ((M, K // 2), (M, K // 16), torch.float4_e2m1fn_x2, torch.float8_e4m3fn, torch.device("cpu"))
-    _common.remember_fast(key, lambda *a: calls.append(a), (g,), "arg", x0, (), alloc)
+    fast_path.remember_fast(key, lambda *a: calls.append(a), (g,), "arg", x0, (), alloc)
     x = _x()
     data, scale = kernelforge.quantize(x, "nvfp4", global_scale=g)
     assert len(calls) == 1 and calls[0][0] is x and calls[0][1] is data and calls[0][3] == "arg"
@@ -290,9 +289,9 @@ def test_rmsnorm_fast_path_refuses_an_x_that_overlaps_remembered_out(memo):
     d, s = _fresh(M, 32), _at(buf, 8192, M, 4)
     w = torch.randn(K).bfloat16()
     x0 = _x()
-    key = _common.fast_lookup("rmsnorm_quantize", x0, (d, s), ("nvfp4", 1e-6, "linear", "floor"), (w, None))[1]
+    key = fast_path.fast_lookup("rmsnorm_quantize", x0, (d, s), ("nvfp4", 1e-6, "linear", "floor"), (w, None))[1]
     calls = []
-    _common.remember_fast(key, lambda *a: calls.append(a), (d, s, w, None), None, x0, (d, s))
+    fast_path.remember_fast(key, lambda *a: calls.append(a), (d, s, w, None), None, x0, (d, s))
     kernelforge.rmsnorm_quantize(_x(), w, "nvfp4", out=(d, s))
     assert len(calls) == 1
     x = _at(buf, 8192 + 128, 8192).view(torch.bfloat16).view(M, K)
@@ -307,7 +306,7 @@ def test_columnwise_fast_path_refuses_an_x_that_overlaps_remembered_out(memo):
     x0 = _x()
     options = ("nvfp4", "linear", "floor", False)
     calls = []
-    _common.remember_fast(_common.fast_lookup("quantize_columnwise", x0, out, options, (None,))[1],
+    fast_path.remember_fast(fast_path.fast_lookup("quantize_columnwise", x0, out, options, (None,))[1],
                           lambda *a: calls.append(a), (*out, None), (None, None, False, 0), x0, out)
     kernelforge.quantize(_x(), "nvfp4", rowwise=False, columnwise=True, out=out)
     assert len(calls) == 1
@@ -460,7 +459,7 @@ def test_fast_path_entry_dies_with_any_of_its_tensors(memo):
     (a new tensor may get a dead one's id): the weak references' callbacks drop it."""
     x0, d, s, g = _x(), _fresh(M, 32), _fresh(M, 4), torch.ones(1)
     key = _fast_key_quantize(x0, d, s, g=g)
-    _common.remember_fast(key, lambda *a: None, (d, s, g), None, x0, (d, s))
-    assert _common.fast_hit(key, _x()) is not None
+    fast_path.remember_fast(key, lambda *a: None, (d, s, g), None, x0, (d, s))
+    assert fast_path.fast_hit(key, _x()) is not None
     del g
-    assert key not in memo and _common.fast_hit(key, _x()) is None
+    assert key not in memo and fast_path.fast_hit(key, _x()) is None

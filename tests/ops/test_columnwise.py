@@ -10,11 +10,17 @@ import torch
 from torch._subclasses.fake_tensor import FakeTensorMode
 
 import kernelforge
+from kernelforge.families.quantize_columnwise.op import hadamard_columns
+from kernelforge.families.quantize_columnwise.reference import (
+    quantize_columnwise_ref,
+    quantize_nvfp4_rht_ref,
+    rht_matrix,
+    rht_ref,
+)
 from kernelforge.formats import FORMATS
-from kernelforge.ops.quantize_columnwise import hadamard_columns
-from kernelforge.ops.reference import quantize_columnwise_ref, quantize_nvfp4_rht_ref, quantize_ref, rht_matrix, rht_ref
 from kernelforge.spec import load_specs
 from kernelforge.spec.model import KClass
+from kernelforge.testing.references import quantize_ref
 
 CUDA_ONLY = r"x: expected a CUDA tensor, got a tensor on cpu"
 
@@ -205,7 +211,7 @@ def test_fake_rht_and_compile_traces_without_graph_break():
 # ---- specs and K-classes ----
 
 def test_default_specs_declare_the_columnwise_variants():
-    spec = Path(__file__).resolve().parents[2] / "kernelforge" / "data" / "specs" / "quantize_columnwise.toml"
+    spec = Path(__file__).resolve().parents[2] / "specs" / "quantize_columnwise.toml"
     variants = list(load_specs([spec]))
     rht = [v for v in variants if v.transform == "rht"]
     assert len(variants) == 256 and len(rht) == 16

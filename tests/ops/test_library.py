@@ -19,7 +19,7 @@ REPO = Path(__file__).resolve().parents[2]
 
 
 def expected(fmt: str, shape: tuple[int, ...], layout: str):
-    """(data shape, data dtype, scale shape, scale dtype) from NUMERICS.md."""
+    """(data shape, data dtype, scale shape, scale dtype) from docs/numerics.md."""
     f = FORMATS[fmt]
     m = 1
     for d in shape[:-1]:

@@ -9,7 +9,8 @@ from kernelforge import limits
 
 def test_kernel_copies_of_the_limits_agree():
     pytest.importorskip("cutlass", reason="the kernel modules import CuTe-DSL (the build extra)")
-    from kernelforge.kernels import quantize_grouped, quantize_tiled
+    from kernelforge.families.quantize_columnwise import kernel as quantize_tiled
+    from kernelforge.families.quantize_grouped import kernel as quantize_grouped
 
     assert quantize_grouped.MAX_GROUPS == limits.MAX_GROUPS
     assert (quantize_tiled.TILE_M, quantize_tiled.TILE_BLOCKS, quantize_tiled.RHT_SIZE) == (

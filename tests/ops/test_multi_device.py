@@ -5,7 +5,7 @@ while the current device's stream is being captured into a CUDA graph (see `_com
 "Devices" comment for how the launch itself finds its device and stream).
 
 No GPU here: tensors get a fake device through a subclass whose `device` and `get_device()`
-report "cuda:N" while the data stays on the CPU, `_common.current_device` and the capture
+report "cuda:N" while the data stays on the CPU, `kernelforge.ops.checks.current_device` and the capture
 queries are monkeypatched, and `_common.kernel_for` is replaced by a recorder (a call that gets
 that far passed every check). The real-device counterparts are in
 kernelforge/validation/test_multi_gpu.py (run on a machine with 2 GPUs).
@@ -18,7 +18,7 @@ import pytest
 import torch
 
 import kernelforge
-from kernelforge.ops import _common as c
+from kernelforge.ops import checks, fast_path, launch
 
 BF16 = torch.bfloat16
 U8 = torch.uint8
@@ -57,13 +57,13 @@ def no_launch(monkeypatch):
     """kernel_for raises Launched; the current device is cuda:1 (no capture)."""
     def kernel_for(*args, **kwargs):
         raise Launched()
-    monkeypatch.setattr(c, "kernel_for", kernel_for)
-    monkeypatch.setattr(c, "current_device", lambda: 1)
+    monkeypatch.setattr(launch, "kernel_for", kernel_for)
+    monkeypatch.setattr(checks, "current_device", lambda: 1)
     monkeypatch.setattr(torch.cuda, "is_current_stream_capturing", lambda: False)
-    monkeypatch.setattr(c, "stream_capturing", lambda index: False)
-    c.fast_calls.clear()
+    monkeypatch.setattr(checks, "stream_capturing", lambda index: False)
+    fast_path.fast_calls.clear()
     yield
-    c.fast_calls.clear()
+    fast_path.fast_calls.clear()
 
 
 def _g(dev: str, n: int = 1) -> torch.Tensor:
@@ -176,9 +176,9 @@ def test_mixed_devices_name_the_argument_and_both_devices(no_launch, op, name, x
 
 def test_check_same_device_helper():
     x, y = on(torch.zeros(1), "cuda:1"), on(torch.zeros(1), "cuda:0")
-    c.check_same_device((("a", x), ("b", None)), torch.device("cuda:1"))
+    checks.check_same_device((("a", x), ("b", None)), torch.device("cuda:1"))
     with pytest.raises(ValueError, match=re.escape("b: expected a tensor on cuda:1 (the device of w), got cuda:0")):
-        c.check_same_device((("a", x), ("b", y)), torch.device("cuda:1"), "w")
+        checks.check_same_device((("a", x), ("b", y)), torch.device("cuda:1"), "w")
 
 
 # ---------------------------------------------------------------- the out= fast path's memo
@@ -197,7 +197,7 @@ class Recorder:
 @pytest.fixture
 def forbid_checked_path(monkeypatch):
     """A context in which the ops' checked path raises: calls inside it were served by the fast path."""
-    from kernelforge.validation._quant_helpers import forbidding_checked_path
+    from kernelforge.testing.checks import forbidding_checked_path
 
     return forbidding_checked_path(monkeypatch)
 
@@ -205,12 +205,12 @@ def forbid_checked_path(monkeypatch):
 @pytest.fixture
 def recorder(monkeypatch):
     rec = Recorder()
-    monkeypatch.setattr(c, "kernel_for", lambda *a, **k: rec)
-    monkeypatch.setattr(c, "current_device", lambda: 0)
+    monkeypatch.setattr(launch, "kernel_for", lambda *a, **k: rec)
+    monkeypatch.setattr(checks, "current_device", lambda: 0)
     monkeypatch.setattr(torch.cuda, "is_current_stream_capturing", lambda: False)
-    c.fast_calls.clear()
+    fast_path.fast_calls.clear()
     yield rec
-    c.fast_calls.clear()
+    fast_path.fast_calls.clear()
 
 
 def _q_call(dev: str):
@@ -255,8 +255,8 @@ def test_memo_key_holds_the_device(recorder, op):
     a0, a1 = _args(op, "cuda:0"), _args(op, "cuda:1")
     call(*a0)
     call(*a1)
-    assert len(c.fast_calls) == 2
-    assert sorted(k[4] for k in c.fast_calls) == [0, 1]
+    assert len(fast_path.fast_calls) == 2
+    assert sorted(k[4] for k in fast_path.fast_calls) == [0, 1]
     call(*a1)
     call(*a0)
     assert recorder.devices == [0, 1, 1, 0]
@@ -269,7 +269,7 @@ def test_memo_does_not_serve_another_device(recorder, op):
     call = FAST_OPS[op][0]
     x0, w0, out0, g0 = _args(op, "cuda:0")
     call(x0, w0, out0, g0)
-    assert len(c.fast_calls) == 1
+    assert len(fast_path.fast_calls) == 1
     x1 = on(torch.randn(64, 64).to(BF16), "cuda:1")
     first = "weight" if op == "rmsnorm" else "global_scale"
     with pytest.raises(ValueError, match="^" + re.escape(f"{first}: expected a tensor on cuda:1 (the device of x), got cuda:0")):
@@ -302,10 +302,10 @@ def test_capture_on_the_current_device_refuses_a_launch_elsewhere(recorder, monk
     a1 = _args(op, "cuda:1")
     call(*a1)
     monkeypatch.setattr(torch.cuda, "is_current_stream_capturing", lambda: True)
-    monkeypatch.setattr(c, "stream_capturing", lambda index: False)
+    monkeypatch.setattr(checks, "stream_capturing", lambda index: False)
     with pytest.raises(RuntimeError, match="^x: " + CAPTURE_MSG):
         call(*a1)
-    c.fast_calls.clear()
+    fast_path.fast_calls.clear()
     with pytest.raises(RuntimeError, match="^x: " + CAPTURE_MSG):
         call(*a1)
     assert recorder.devices == [1]
@@ -317,7 +317,7 @@ def test_capture_on_the_input_device_records_the_launch(recorder, monkeypatch, o
     call = FAST_OPS[op][0]
     a1 = _args(op, "cuda:1")
     monkeypatch.setattr(torch.cuda, "is_current_stream_capturing", lambda: True)
-    monkeypatch.setattr(c, "stream_capturing", lambda index: index == 1)
+    monkeypatch.setattr(checks, "stream_capturing", lambda index: index == 1)
     call(*a1)
     call(*a1)
     assert recorder.devices == [1, 1]
@@ -326,9 +326,9 @@ def test_capture_on_the_input_device_records_the_launch(recorder, monkeypatch, o
 @pytest.mark.parametrize("op", ["experts", "grouped"])
 def test_capture_refusal_of_the_grouped_ops(no_launch, monkeypatch, op):
     """Also quantize_experts and quantize_grouped (before the host read of group_offsets)."""
-    monkeypatch.setattr(c, "current_device", lambda: 0)
+    monkeypatch.setattr(checks, "current_device", lambda: 0)
     monkeypatch.setattr(torch.cuda, "is_current_stream_capturing", lambda: True)
-    monkeypatch.setattr(c, "stream_capturing", lambda index: False)
+    monkeypatch.setattr(checks, "stream_capturing", lambda index: False)
     arg, build, _ = CASES[op]
     fn, args, kwargs = build(AllOn("cuda:1"))
     if op == "grouped":
@@ -340,16 +340,16 @@ def test_capture_refusal_of_the_grouped_ops(no_launch, monkeypatch, op):
 def test_grouped_reads_offsets_unless_their_device_captures(no_launch, monkeypatch):
     """With check_offsets=True the offsets' values are checked (a host read) unless the current
     stream of *their* device is capturing, whichever device is current; by default never."""
-    monkeypatch.setattr(c, "current_device", lambda: 0)
+    monkeypatch.setattr(checks, "current_device", lambda: 0)
     bad = lambda: on(torch.tensor([64, 32], dtype=torch.int32), "cuda:1")  # noqa: E731
     fn, args, kwargs = _grouped(AllOn("cuda:1"))
-    monkeypatch.setattr(c, "stream_capturing", lambda index: False)
+    monkeypatch.setattr(checks, "stream_capturing", lambda index: False)
     with pytest.raises(Launched):
         fn(args[0], bad(), *args[2:], **kwargs)
     kwargs = {**kwargs, "check_offsets": True}
     with pytest.raises(ValueError, match="^group_offsets: expected non-decreasing"):
         fn(args[0], bad(), *args[2:], **kwargs)
-    monkeypatch.setattr(c, "stream_capturing", lambda index: index == 1)
+    monkeypatch.setattr(checks, "stream_capturing", lambda index: index == 1)
     monkeypatch.setattr(torch.cuda, "is_current_stream_capturing", lambda: False)
     with pytest.raises(Launched):
         fn(args[0], bad(), *args[2:], **kwargs)
@@ -359,7 +359,7 @@ def test_same_device_costs_one_compare(monkeypatch):
     """check_launch_device on the current device asks nothing about capture."""
     def boom():
         raise AssertionError("capture state queried")
-    monkeypatch.setattr(c, "current_device", lambda: 3)
+    monkeypatch.setattr(checks, "current_device", lambda: 3)
     monkeypatch.setattr(torch.cuda, "is_current_stream_capturing", boom)
-    c.check_launch_device(torch.device("cuda:3"))
-    c.check_launch_device(torch.device("cpu"))
+    checks.check_launch_device(torch.device("cuda:3"))
+    checks.check_launch_device(torch.device("cpu"))

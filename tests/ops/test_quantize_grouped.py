@@ -15,14 +15,10 @@ from torch._subclasses.fake_tensor import FakeTensorMode
 
 import kernelforge
 import kernelforge.ops  # noqa: F401  (registers torch.ops.kernelforge.*)
+from kernelforge.families.quantize_grouped.op import MAX_GROUPS, grouped_rows
+from kernelforge.families.quantize_grouped.reference import quantize_experts_ref, quantize_grouped_ref
 from kernelforge.formats import FORMATS
-from kernelforge.ops.quantize_grouped import MAX_GROUPS, grouped_rows
-from kernelforge.ops.reference import (
-    from_swizzled,
-    quantize_experts_ref,
-    quantize_grouped_ref,
-    quantize_ref,
-)
+from kernelforge.testing.references import from_swizzled, quantize_ref
 from tests.ops._compile_helpers import capture
 
 quantize_experts = kernelforge.quantize_experts
@@ -327,7 +323,7 @@ def test_grouped_offset_values(ends, msg):
         quantize_grouped(x_of("mxfp8"), _offsets(*ends), "mxfp8", check_offsets=True)
     with pytest.raises(ValueError, match=X_CUDA_ONLY):
         quantize_grouped(x_of("mxfp8"), _offsets(*ends), "mxfp8")
-    from kernelforge.ops.quantize_grouped import group_offsets_valid
+    from kernelforge.families.quantize_grouped.op import group_offsets_valid
 
     flag = group_offsets_valid(_offsets(*ends), 10)
     assert flag.dtype == torch.bool and flag.shape == () and not bool(flag)
@@ -335,7 +331,7 @@ def test_grouped_offset_values(ends, msg):
 
 @pytest.mark.parametrize("ends", [(10,), (0, 10), (0, 0, 10), (10, 10, 10), (1, 2, 3, 10)])
 def test_group_offsets_valid_accepts_valid_ends(ends):
-    from kernelforge.ops.quantize_grouped import group_offsets_valid
+    from kernelforge.families.quantize_grouped.op import group_offsets_valid
 
     assert bool(group_offsets_valid(_offsets(*ends), 10))
     assert not bool(group_offsets_valid(_offsets(*ends), 11))
@@ -409,7 +405,7 @@ def test_grouped_out_buffers(fmt):
 
 def test_max_groups_matches_the_kernel():
     pytest.importorskip("cutlass")
-    from kernelforge.kernels import quantize_grouped as kernel
+    from kernelforge.families.quantize_grouped import kernel
 
     assert kernel.MAX_GROUPS == MAX_GROUPS
     assert 1 << kernel.SEARCH_STEPS == MAX_GROUPS  # the binary search covers every group index

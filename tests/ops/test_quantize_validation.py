@@ -25,7 +25,7 @@ def x_of(fmt: str, m: int = 4, k: int | None = None, dtype=torch.bfloat16) -> to
 
 
 def shapes(fmt: str, lead: tuple[int, ...], k: int, layout: str):
-    """(data shape, scale shape) per NUMERICS.md."""
+    """(data shape, scale shape) per docs/numerics.md."""
     f = FORMATS[fmt]
     m = 1
     for d in lead:
@@ -322,21 +322,21 @@ def test_fast_path_needs_the_very_same_buffers(monkeypatch):
     new tensor that reuses a dead one's id never finds it."""
     import gc
 
-    from kernelforge.ops import _common
+    from kernelforge.ops import fast_path
 
-    monkeypatch.setattr(_common, "fast_calls", {})
+    monkeypatch.setattr(fast_path, "fast_calls", {})
     x = torch.randn(4, 64, dtype=torch.bfloat16)
     d = torch.empty(4, 64, dtype=torch.float8_e4m3fn)
     s = torch.empty(4, 2, dtype=torch.float8_e8m0fnu)
     calls = []
     key = ("quantize", x.shape, x.stride(), x.dtype, x.get_device(), "mxfp8", "linear", "floor", id(d), id(s), id(None))
-    _common.remember_fast(key, lambda *a: calls.append(a), (d, s, None), None, x, (d, s))
+    fast_path.remember_fast(key, lambda *a: calls.append(a), (d, s, None), None, x, (d, s))
     assert kernelforge.quantize(x, "mxfp8", out=(d, s)) == (d, s)
     assert len(calls) == 1 and calls[0][0] is x and calls[0][1] is d and calls[0][2] is s
     calls.clear()  # (it holds d)
     del d
     gc.collect()
-    assert key not in _common.fast_calls
+    assert key not in fast_path.fast_calls
     d = torch.empty(4, 64, dtype=torch.float8_e4m3fn)  # may or may not reuse the dead id
     with pytest.raises(ValueError, match="CUDA"):
         kernelforge.quantize(x, "mxfp8", out=(d, s))
@@ -344,21 +344,21 @@ def test_fast_path_needs_the_very_same_buffers(monkeypatch):
 
 
 def test_fast_call_memo_is_bounded_and_reset_with_the_cache_root(monkeypatch, tmp_path):
-    from kernelforge.ops import _common
+    from kernelforge.ops import fast_path, launch
 
-    monkeypatch.setattr(_common, "fast_calls", {})
+    monkeypatch.setattr(fast_path, "fast_calls", {})
     t = torch.empty(1)
-    for i in range(_common.MAX_FAST_CALLS + 5):
-        _common.remember_fast(("k", i), print, (t, None), None, t, (t,))
-    assert 0 < len(_common.fast_calls) <= _common.MAX_FAST_CALLS
-    entry = _common.fast_calls[("k", _common.MAX_FAST_CALLS + 4)]
+    for i in range(fast_path.MAX_FAST_CALLS + 5):
+        fast_path.remember_fast(("k", i), print, (t, None), None, t, (t,))
+    assert 0 < len(fast_path.fast_calls) <= fast_path.MAX_FAST_CALLS
+    entry = fast_path.fast_calls[("k", fast_path.MAX_FAST_CALLS + 4)]
     assert len(entry.refs) == 1 and entry.refs[0]() is t  # None holds no reference
-    old = _common.dispatch_table().root
+    old = launch.dispatch_table().root
     try:
-        _common.set_cache_root(tmp_path)
-        assert _common.fast_calls == {}
+        launch.set_cache_root(tmp_path)
+        assert fast_path.fast_calls == {}
     finally:
-        _common.set_cache_root(old)
+        launch.set_cache_root(old)
 
 
 @pytest.mark.parametrize("m, k", [(4, 64), (0, 64), (130, 256)])
@@ -366,16 +366,16 @@ def test_allocating_fast_path_makes_fresh_contiguous_outputs(monkeypatch, m, k):
     """A remembered allocating call makes new (data, scale) tensors of the remembered shapes and
     dtypes on every call (empty_like of one-element templates), never the templates' memory nor
     an earlier call's outputs."""
-    from kernelforge.ops import _common
+    from kernelforge.ops import fast_path
 
-    monkeypatch.setattr(_common, "fast_calls", {})
+    monkeypatch.setattr(fast_path, "fast_calls", {})
     x = torch.randn(m, k, dtype=torch.bfloat16)
     d_shape, s_shape = (m, k), (m, k // 32)
     calls = []
     key = ("quantize", x.shape, x.stride(), x.dtype, x.get_device(), "mxfp8", "linear", "floor", id(None))
-    _common.remember_fast(key, lambda *a: calls.append(a), (None,), None, x, (),
+    fast_path.remember_fast(key, lambda *a: calls.append(a), (None,), None, x, (),
                           (d_shape, s_shape, torch.float8_e4m3fn, torch.float8_e8m0fnu, x.device))
-    template = _common.fast_calls[key].alloc[0]
+    template = fast_path.fast_calls[key].alloc[0]
     assert template.untyped_storage().nbytes() == 1  # a template holds one element, whatever the shape
     seen, alive = set(), []  # outputs kept alive so that no address is reused
     for _ in range(3):

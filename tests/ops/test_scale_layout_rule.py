@@ -1,14 +1,14 @@
 """When the columnwise op writes linear scales through swizzled scales and the layout pass
-(`kernelforge.ops.scale_layout.staged`, `kernelforge.staging`): thresholds per format and output set, the pass's
+(`kernelforge.families.scale_layout.op.staged`, `kernelforge.families.scale_layout.staging`): thresholds per format and output set, the pass's
 K-class (whole 32-byte sectors, 16-byte aligned, contiguous), no transform. No GPU needed."""
 from __future__ import annotations
 
 import pytest
 import torch
 
+from kernelforge.families.scale_layout.op import staged
+from kernelforge.families.scale_layout.staging import STAGED_MIN_ELEMENTS
 from kernelforge.formats import FORMATS
-from kernelforge.ops.scale_layout import staged
-from kernelforge.staging import STAGED_MIN_ELEMENTS
 
 
 def _scales(fmt: str, m: int, k: int, rowwise: bool, offset: int = 0) -> tuple[torch.Tensor, ...]:

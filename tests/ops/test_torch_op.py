@@ -110,7 +110,7 @@ def _builtin_ops() -> list[TorchOp]:
     """Every TorchOp the built-in op families' public modules define."""
     import importlib
 
-    from kernelforge.families import builtin_api
+    from kernelforge.registry import builtin_api
 
     modules = {importlib.import_module(path.partition(":")[0]) for path in builtin_api().values()}
     return [v for m in modules for v in vars(m).values() if isinstance(v, TorchOp)]

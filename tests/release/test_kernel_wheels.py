@@ -22,7 +22,7 @@ from pathlib import Path
 import pytest
 
 from kernelforge.errors import CacheError
-from kernelforge.families import reload_plugins
+from kernelforge.registry import reload_plugins
 from tests.build._kf_build_helpers import ARCH
 from tests.families.test_plugin_family import DIST, OP, PLUGIN, SPEC, VERSION, write_dist
 from tests.release._kernel_cache import REPO, built_or_skip, clean_env
@@ -186,7 +186,7 @@ def _write_plugin(site: Path) -> None:
 
 
 def test_plugin_kernel_wheel_is_refused_for_another_plugin_version(demo_site: Path) -> None:
-    from kernelforge.cache.layers import compatibility_problem, running_versions
+    from kernelforge.cache.read.layers import compatibility_problem, running_versions
 
     base = dict(running_versions())
     assert compatibility_problem({**base, "families": {DIST: VERSION}}) is None
@@ -219,8 +219,7 @@ def _extract(wheel: Path, site: Path) -> Path:
 def _agreement_problems(package_dir: Path) -> list[str]:
     """What `cache verify` and the SHA256SUMS check find in an installed kernel wheel."""
     from kernelforge.cache import CacheStore
-    from kernelforge.cache.verification import verify
-    from kernelforge.release.kernels import sums_problems
+    from kernelforge.cache.maintenance.verification import sums_problems, verify
 
     report = verify(CacheStore(package_dir / "cache"))
     return [str(p) for p in report.problems] + sums_problems(package_dir)
@@ -259,8 +258,8 @@ def test_packaged_wheel_passes_the_manylinux_check_and_refuses_a_newer_glibc(bui
 def test_two_builds_give_byte_identical_wheels(built: Path, tmp_path: Path, monkeypatch) -> None:
     """Another build of the same selection: the same files, other `created` and `build_time_s`."""
     from kernelforge.cache import CacheStore
-    from kernelforge.cache.repair import repair
-    from kernelforge.cache.verification import verify
+    from kernelforge.cache.maintenance.repair import repair
+    from kernelforge.cache.maintenance.verification import verify
 
     monkeypatch.setenv("SOURCE_DATE_EPOCH", str(EPOCH))
     (first,) = _package(built, tmp_path / "a")
@@ -297,7 +296,7 @@ def test_two_builds_give_byte_identical_wheels(built: Path, tmp_path: Path, monk
 @pytest.mark.slow
 def test_wheel_keeps_an_entrys_origin_but_not_its_builder_local_path(built: Path, tmp_path: Path) -> None:
     from kernelforge.cache import CacheStore
-    from kernelforge.cache.index import write_index
+    from kernelforge.cache.read.index import write_index
 
     cache = tmp_path / "cache"
     shutil.copytree(built, cache)
@@ -315,7 +314,7 @@ def test_wheel_keeps_an_entrys_origin_but_not_its_builder_local_path(built: Path
     kept = {k: v for k, v in origin.items() if k != "from"}  # a temporary shard dir differs on every build
     assert row["extra"]["origin"] == kept
     assert json.loads((pkg / "cache" / "v1" / row["path"] / "meta.json").read_text())["extra"]["origin"] == kept
-    from kernelforge.cache.verification import BAD_META, STALE_VIEWS
+    from kernelforge.cache.maintenance.verification import BAD_META, STALE_VIEWS
 
     agreement = [p for p in _agreement_problems(pkg) if BAD_META in p or STALE_VIEWS in p or "SHA256SUMS" in p]
     assert agreement == []
@@ -368,7 +367,7 @@ def plugin_cache(built: Path, tmp_path_factory) -> tuple[Path, Path]:
 def test_plugin_kernels_ship_in_their_own_wheel(plugin_cache: tuple[Path, Path], tmp_path: Path,
                                                 monkeypatch) -> None:
     from kernelforge.cache import CacheStore
-    from kernelforge.cache.layers import wheel_layers
+    from kernelforge.cache.read.layers import wheel_layers
     from kernelforge.release.kernels import plan_wheels
 
     cache, site = plugin_cache
@@ -377,8 +376,8 @@ def test_plugin_kernels_ship_in_their_own_wheel(plugin_cache: tuple[Path, Path],
     reload_plugins()
     try:
         # A tuning table of the plugin's op, beside the committed table of the built-in ops.
+        from kernelforge.build.tables import publish_table
         from kernelforge.sources import source_hash
-        from kernelforge.tuner.tables import publish_table
 
         committed = json.loads((REPO / "kernelforge/data/tuning/nvidia_h100_80gb_hbm3.sm_90a.json").read_text())
         publish_table(CacheStore(cache), {**committed, "device": "Demo GPU", "choices": {},

@@ -28,6 +28,8 @@ from tests.release._kernel_cache import REPO, clean_env, skip_reason
 pytestmark = pytest.mark.slow
 EXAMPLE_VENV = REPO / "build" / "example-venv"
 ONLY = "quantize.mxfp8.floor.linear.bfloat16.* silu_mul_quantize.mxfp8.floor.linear.bfloat16.*"
+# The repository's release specs and the example plugin's own (a plugin whose kernels the release ships).
+SPECS = f"specs {REPO}/examples/kernelforge-silu-quant/kf_silu_quant/data/specs"
 BUILTIN_DIST, PLUGIN_DIST = "kernelforge_kernels_sm90a", "kernelforge_silu_quant_kernels_sm90a"
 
 
@@ -65,7 +67,7 @@ def node(tmp_path_factory) -> Node:
     subprocess.run([str(EXAMPLE_VENV / "bin" / "python"), "-m", "kernelforge", "key", "generate", str(key)],
                    check=True, capture_output=True, env=clean_env())
     dist = base / "dist"
-    env = clean_env(SIGNING_KEY=str(key), SHARDS="2", ARCHES="sm_90a", ONLY=ONLY,
+    env = clean_env(SIGNING_KEY=str(key), SHARDS="2", ARCHES="sm_90a", ONLY=ONLY, SPECS=SPECS,
                     KF=f"{EXAMPLE_VENV}/bin/python -m kernelforge", PATH=f"{EXAMPLE_VENV}/bin:{os.environ['PATH']}")
     env.pop("KERNELFORGE_ALLOW_UNSIGNED", None)  # the release itself must hold without the suite's opt-in
     release = subprocess.run(["bash", str(REPO / "ci" / "release" / "release.sh"), str(dist)], cwd=REPO, env=env,
@@ -142,7 +144,7 @@ PLANT = r'''
 import hashlib, json, shutil, subprocess, sys
 from pathlib import Path
 from kernelforge.cache import CacheStore
-from kernelforge.cache.index import write_index
+from kernelforge.cache.read.index import write_index
 src, dst, marker, workdir = map(Path, sys.argv[1:5])
 shutil.copytree(src, dst)
 c = workdir / "evil.c"

@@ -95,7 +95,7 @@ def _snapshot(*roots: Path) -> dict[str, tuple[int, int]]:
 
 RESOLVE = """
 import json, sys, warnings
-from kernelforge.ops._common import dispatch_table
+from kernelforge.ops.launch import dispatch_table
 from kernelforge.errors import KernelNotBuilt
 table = dispatch_table()
 try:
@@ -121,7 +121,7 @@ def test_installed_kernel_wheel_serves_the_runtime_read_only(built: Path, tmp_pa
     kf_wheel = next((tmp_path / "dist").glob("kernelforge-*.whl"))
     with zipfile.ZipFile(kf_wheel) as zf:  # what a build and validate need from an installed wheel
         names = set(zf.namelist())
-    assert {"kernelforge/build/cute_rt_shim.c", "kernelforge/data/specs/quantize.toml",
+    assert {"kernelforge/build/cute_rt_shim.c", "kernelforge/families/quantize/spec.toml",
             "kernelforge/data/tuning/nvidia_h100_80gb_hbm3.sm_90a.json",
             "kernelforge/validation/conftest.py", "kernelforge/validation/pytest.ini"} <= names
 

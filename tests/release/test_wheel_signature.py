@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from kernelforge.cache.signing import generate_key, load_signing_key
+from kernelforge.cache.read.signing import generate_key, load_signing_key
 from tests.build._kf_build_helpers import ARCH
 from tests.release._kernel_cache import built_or_skip
 
@@ -47,7 +47,7 @@ def _installed(built: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, sig
 
 
 def _layer(package: Path):
-    from kernelforge.cache.layers import wheel_layers
+    from kernelforge.cache.read.layers import wheel_layers
 
     [layer] = [x for x in wheel_layers() if x.root.parent == package]
     return layer
@@ -58,7 +58,7 @@ def test_a_signed_wheel_is_served_and_names_its_signer(built, tmp_path, monkeypa
     package = _installed(built, tmp_path, monkeypatch, release)
     layer = _layer(package)
     assert layer.refused is None and layer.signer == release.public.key_id
-    from kernelforge.cache.layers import verify_layer
+    from kernelforge.cache.maintenance.verification import verify_layer
 
     assert verify_layer(layer).ok
 
@@ -109,7 +109,7 @@ def test_a_signed_wheel_with_swapped_files_is_refused(built, tmp_path, monkeypat
         sums = package / "SHA256SUMS"
         sums.write_text(sums.read_text().replace("0", "1", 1))
     else:  # the attacker re-signs the genuine statement with their own key
-        from kernelforge.cache.signing import sign_statement
+        from kernelforge.cache.read.signing import sign_statement
 
         doc = json.loads((package / "SIGNATURE.json").read_text())
         statement = json.loads(doc["body"])["statement"]

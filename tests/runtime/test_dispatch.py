@@ -89,7 +89,7 @@ def test_dispatch_preference_order(fake_cache):
 
 
 def test_dispatch_resolve_picks_the_most_specialized_accepting_class(fake_cache, monkeypatch):
-    from kernelforge.runtime import dispatch
+    from kernelforge.runtime import dispatch, layer_reader
 
     loaded = []
 
@@ -97,7 +97,7 @@ def test_dispatch_resolve_picks_the_most_specialized_accepting_class(fake_cache,
         loaded.append((entry["name"], runtime and runtime["key"]))
         return entry["name"]
 
-    monkeypatch.setattr(dispatch, "load_function", fake_load)
+    monkeypatch.setattr(layer_reader, "load_function", fake_load)
     table = dispatch.DispatchTable(fake_cache)
     fn, cand = table.resolve("quantize", COORDS, (9, 0), 256, 32, 256, 512)
     assert fn == "quantize.mxfp8.floor.linear.bfloat16.aligned.sm_90a.t128u1" and cand.kclass.name == "aligned"
@@ -117,24 +117,24 @@ def _all_groups(table, caps=((9, 0), (10, 0), (10, 3))):
 
 
 def test_dispatch_views_serve_the_first_call_without_reading_the_index(fake_cache, monkeypatch):
-    from kernelforge.cache import views as views_mod
-    from kernelforge.runtime import dispatch
+    from kernelforge.cache.read import views as views_mod
+    from kernelforge.runtime import dispatch, layer_reader
 
     class NoViews(views_mod.DispatchViews):
         def __init__(self, root, trusted=None):
             super().__init__(root, trusted)
             self.manifest = None
 
-    monkeypatch.setattr(dispatch, "DispatchViews", NoViews)
+    monkeypatch.setattr(layer_reader, "DispatchViews", NoViews)
     full = dispatch.DispatchTable(fake_cache)
     expected = _all_groups(full)
     assert full._full and any(expected)
-    monkeypatch.setattr(dispatch, "DispatchViews", views_mod.DispatchViews)
+    monkeypatch.setattr(layer_reader, "DispatchViews", views_mod.DispatchViews)
 
     def no_index(root):
         raise AssertionError("the full index was read although matching views exist")
 
-    monkeypatch.setattr(dispatch, "load_index_for_runtime", no_index)
+    monkeypatch.setattr(layer_reader, "load_index_for_runtime", no_index)
     table = dispatch.DispatchTable(fake_cache)
     assert _all_groups(table) == expected
     assert table._stale == full._stale and table._stale  # the rceil builds come from other sources
@@ -142,10 +142,10 @@ def test_dispatch_views_serve_the_first_call_without_reading_the_index(fake_cach
 
 
 def test_dispatch_views_of_another_index_are_ignored(fake_cache):
-    from kernelforge.cache import fsio
-    from kernelforge.cache import index as index_mod
-    from kernelforge.cache import views as views_mod
-    from kernelforge.cache.layout import Layout
+    from kernelforge.cache.read import fsio
+    from kernelforge.cache.read import index as index_mod
+    from kernelforge.cache.read import views as views_mod
+    from kernelforge.cache.read.layout import Layout
     from kernelforge.runtime import dispatch
 
     expected = _all_groups(dispatch.DispatchTable(fake_cache))
@@ -182,10 +182,10 @@ def test_dispatch_views_of_another_index_are_ignored(fake_cache):
 
 
 def test_refresh_views_rewrites_views_that_do_not_match(fake_cache):
-    from kernelforge.cache import fsio
-    from kernelforge.cache import index as index_mod
-    from kernelforge.cache import views as views_mod
-    from kernelforge.cache.layout import Layout
+    from kernelforge.cache.read import fsio
+    from kernelforge.cache.read import index as index_mod
+    from kernelforge.cache.read import views as views_mod
+    from kernelforge.cache.read.layout import Layout
     from kernelforge.cache.store import CacheStore
 
     store = CacheStore(fake_cache)
@@ -201,9 +201,9 @@ def test_refresh_views_rewrites_views_that_do_not_match(fake_cache):
 
 def test_dispatch_not_built_message(fake_cache, monkeypatch):
     from kernelforge.errors import KernelNotBuilt
-    from kernelforge.runtime import dispatch
+    from kernelforge.runtime import dispatch, layer_reader
 
-    monkeypatch.setattr(dispatch, "load_function", lambda t, e, r: pytest.fail("nothing should be loaded"))
+    monkeypatch.setattr(layer_reader, "load_function", lambda t, e, r: pytest.fail("nothing should be loaded"))
     table = dispatch.DispatchTable(fake_cache)
     # Stale entries (another source_hash) are ignored ...
     rceil = dict(COORDS, scale_mode="rceil")

@@ -27,7 +27,7 @@ import json, sys
 import kernelforge
 kernelforge.quantize
 kernelforge.nvfp4_global_scale
-import kernelforge.runtime.dispatch, kernelforge.runtime.loader, kernelforge.cache, kernelforge.ops.quantize
+import kernelforge.runtime.dispatch, kernelforge.runtime.loader, kernelforge.cache, kernelforge.families.quantize.op
 import kernelforge.ops.reference
 import kernelforge.cache as c
 c.load_index_for_runtime, c.CacheStore, c.verify  # the lazy exports resolve
@@ -90,7 +90,7 @@ def test_import_kernelforge_is_cheap(tmp_path):
 # time on every process's first call (a frozen dataclass ~0.7 ms to create on the build host).
 NOT_ON_THE_RUNTIME_PATH = ("kernelforge.spec.model", "kernelforge.spec.select", "kernelforge.spec.loader",
                            "kernelforge.ops.reference", "kernelforge.cache.store", "kernelforge.build",
-                           "kernelforge.cache.usage_summary")
+                           "kernelforge.cache.maintenance", "kernelforge.cache.transfer")
 
 # A dispatch lookup as the first call makes it (no cache: it finds nothing, loads nothing).
 DISPATCH_LOOKUP = """
@@ -158,7 +158,7 @@ print(json.dumps(sorted(found)))
 
 # NamedTuples whose fields stay string annotations: formats.py is a kernel source (editing it
 # changes every kernel's source hash), and Candidate names LayerReader, defined after it.
-STRING_ANNOTATED_ALLOWED = ["kernelforge.formats.Format", "kernelforge.runtime.dispatch.Candidate"]
+STRING_ANNOTATED_ALLOWED = ["kernelforge.formats.Format", "kernelforge.runtime.layer_reader.Candidate"]
 
 
 def test_runtime_path_namedtuples_have_evaluated_annotations():

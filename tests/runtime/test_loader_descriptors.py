@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from kernelforge.cache.trust import TrustedRoot
+from kernelforge.cache.read.trust import TrustedRoot
 
 pytestmark = pytest.mark.skipif(shutil.which("cc") is None or not Path("/proc/self/fd").is_dir(),
                                 reason="needs a C compiler and /proc (Linux)")

@@ -1,4 +1,4 @@
-"""A tuning table can never stop an op: its schema (kernelforge/runtime/table_schema.py) is checked
+"""A tuning table can never stop an op: its schema (kernelforge/cache/read/table_schema.py) is checked
 where a table is imported (refused in one line naming the file and the key path), by `cache verify`
 (a problem) and `cache repair` (quarantined), and where the runtime reads it (skipped with one
 RuntimeWarning; the heuristic serves). Real tables on disk, the real dispatch code (no GPU: module
@@ -12,12 +12,12 @@ import warnings
 
 import pytest
 
+from kernelforge.build.tables import import_table, table_key
 from kernelforge.cache import CacheStore
-from kernelforge.cache.verification import BAD_TABLE, verify
+from kernelforge.cache.maintenance.verification import BAD_TABLE, verify
+from kernelforge.cache.read.table_schema import TableSchemaError, validate_table
 from kernelforge.runtime import dispatch
-from kernelforge.runtime.table_schema import TableSchemaError, validate_table
 from kernelforge.sources import source_hash
-from kernelforge.tuner.tables import import_table, table_key
 from tests.runtime.test_tuning import COORDS, GROUP, H100, _table
 from tests.runtime.test_tuning import cache as cache  # noqa: F401  (the fixture: a fake cache of 4 builds)
 
@@ -131,7 +131,7 @@ def _resolve(table: dispatch.DispatchTable, h: int, m: int) -> str:
 def test_a_bad_table_in_the_cache_never_stops_an_op(cache, name, bad, expect):  # noqa: F811
     # A valid older table says e64 for H = 8192, M <= 256; the heuristic says e32. The bad table is
     # the newest: it is skipped (one warning), the older valid table still serves.
-    from kernelforge.tuner.tables import publish_table
+    from kernelforge.build.tables import publish_table
 
     publish_table(cache, _table(GOOD))
     _plant(cache, bad)
@@ -154,7 +154,7 @@ def test_only_a_bad_table_the_heuristic_serves(cache):  # noqa: F811
 def test_verify_reports_a_bad_table_and_repair_quarantines_it(cache):  # noqa: F811
     from typer.testing import CliRunner
 
-    from kernelforge.cache.repair import repair
+    from kernelforge.cache.maintenance.repair import repair
     from kernelforge.cli import app
 
     key = _plant(cache, _table({GROUP: [1, 2]}))
@@ -171,7 +171,7 @@ def test_verify_reports_a_bad_table_and_repair_quarantines_it(cache):  # noqa: F
 
 
 def test_publish_refuses_a_bad_table(cache):  # noqa: F811
-    from kernelforge.tuner.tables import publish_table
+    from kernelforge.build.tables import publish_table
 
     with pytest.raises(ValueError, match="^device: expected a non-empty string"):
         publish_table(cache, {**_table(GOOD), "device": 12345})

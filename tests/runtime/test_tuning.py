@@ -10,11 +10,11 @@ import json
 
 import pytest
 
+from kernelforge.build.tables import publish_table
 from kernelforge.cache import CacheStore
-from kernelforge.runtime import dispatch
+from kernelforge.runtime import dispatch, layer_reader
 from kernelforge.runtime.tuning import M_BUCKETS, SCHEMA, TuningTable, heuristic_rank, m_bucket
 from kernelforge.sources import source_hash
-from kernelforge.tuner.tables import publish_table
 
 COORDS = {"format": "nvfp4", "scale_mode": "none", "layout": "swizzled", "dtype": "bfloat16", "residual": "none"}
 GROUP = "rmsnorm_quantize|dtype=bfloat16,format=nvfp4,layout=swizzled,residual=none,scale_mode=none"
@@ -54,7 +54,7 @@ def cache(tmp_path, monkeypatch):
             _publish(store, hashlib.sha256(meta["name"].encode()).hexdigest(), meta["name"].encode(), **meta)
     _publish(store, "rt" * 32, b"runtime", kind="runtime", op="runtime", name="runtime-x", variant={}, arch="host",
              toolchain_id="tc", toolchain={}, source_hash="", main_file="libkfrt-x.so", build_time_s=0.0)
-    monkeypatch.setattr(dispatch, "load_function", lambda trusted, entry, runtime: entry["name"])
+    monkeypatch.setattr(layer_reader, "load_function", lambda trusted, entry, runtime: entry["name"])
     return store
 
 
@@ -114,8 +114,8 @@ def test_corrupt_table_is_refused_with_a_warning(cache):
 def test_table_entries_are_listed_verified_and_survive_clean_stale(cache, tmp_path):
     from typer.testing import CliRunner
 
-    from kernelforge.cache.cleaning import clean
-    from kernelforge.cache.verification import verify
+    from kernelforge.cache.maintenance.cleaning import clean
+    from kernelforge.cache.maintenance.verification import verify
     from kernelforge.cli import app
 
     path = tmp_path / "h100.json"
@@ -141,12 +141,13 @@ def test_table_schema_is_checked():
 
 
 def test_committed_tables_are_valid_and_name_built_candidates():
-    from kernelforge.config import data_dir
+    from kernelforge.config import tuning_dir
     from kernelforge.spec import load_specs
+    from kernelforge.spec.files import resolve_spec_paths
 
-    tables = sorted((data_dir() / "tuning").glob("*.json"))
+    tables = sorted(tuning_dir().glob("*.json"))
     assert tables, "no committed tuning table under kernelforge/data/tuning/"
-    variants = load_specs(sorted((data_dir() / "specs").glob("*.toml")))
+    variants = load_specs(resolve_spec_paths(None))
     built = {(v.op, frozenset((k, str(x)) for k, x in v.coords)) for v in variants}
     for path in tables:
         t = TuningTable(json.loads(path.read_text()))
@@ -170,13 +171,13 @@ def test_a_table_file_is_read_and_verified_once_for_every_op(cache, monkeypatch)
     sources = {"rmsnorm_quantize": source_hash("rmsnorm_quantize"), "quantize": source_hash("quantize")}
     publish_table(cache, _table({GROUP: {"h8k": [{"elements": 64}] * 3}}, sources=sources))
     reads: list[str] = []
-    real = dispatch.read_verified_json
+    real = layer_reader.read_verified_json
 
     def counted(trusted, entry):
         reads.append(entry["name"])
         return real(trusted, entry)
 
-    monkeypatch.setattr(dispatch, "read_verified_json", counted)
+    monkeypatch.setattr(layer_reader, "read_verified_json", counted)
     table = dispatch.DispatchTable(cache.root)
     assert _chosen_in(table, 8192, 100) == "e64"
     for op in ("quantize", "rmsnorm_quantize", "quantize"):

@@ -19,7 +19,6 @@ from kernelforge.spec import (
     load_spec,
     load_specs,
 )
-from kernelforge.spec.schema import AXES
 
 FIRST = "quantize.mxfp8.floor.linear.bfloat16.aligned.sm_90a.t128u1"
 
@@ -128,7 +127,7 @@ def test_canonical_golden_and_stable(variants, default_spec):
 
 
 def _other_value(axis: str, value):
-    dom = AXES[axis]
+    dom = OP_SCHEMAS["quantize"].domains[axis]
     if dom.kclass:
         return "any" if value == "aligned" else "aligned"
     if dom.choices:

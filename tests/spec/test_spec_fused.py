@@ -9,7 +9,7 @@ from kernelforge.errors import SpecError
 from kernelforge.spec import load_specs
 from kernelforge.spec.loader import load_spec
 
-SPEC = Path(__file__).resolve().parents[2] / "kernelforge" / "data" / "specs" / "rmsnorm_quantize.toml"
+SPEC = Path(__file__).resolve().parents[2] / "specs" / "rmsnorm_quantize.toml"
 
 
 def test_default_fused_spec():

@@ -13,7 +13,7 @@ from kernelforge.sources import source_files
 from kernelforge.spec import OP_SCHEMAS, load_specs
 from kernelforge.spec.loader import load_spec
 
-SPEC = Path(__file__).resolve().parents[2] / "kernelforge" / "data" / "specs" / "quantize_grouped.toml"
+SPEC = Path(__file__).resolve().parents[2] / "specs" / "quantize_grouped.toml"
 
 
 def test_default_grouped_spec():
@@ -59,8 +59,9 @@ def test_grouped_spec_loads_with_the_others():
 
 
 def test_sources_and_tuning_are_registered():
-    files = [f.name for f in source_files("quantize_grouped")]
-    assert files[-1] == "quantize_grouped.py" and "blockscale.py" in files
+    files = source_files("quantize_grouped")
+    assert files[-2:] == [f.parent / "kernel.py", f.parent / "build.py"] if (f := files[-1]) else False
+    assert files[-1].parent.name == "quantize_grouped" and "blockscale.py" in {f.name for f in files}
     assert TUNING_AXES["quantize_grouped"] == ("threads",)
     v = load_spec(SPEC).variants[0]
     values = tuning_values("quantize_grouped", dict(v.coords))

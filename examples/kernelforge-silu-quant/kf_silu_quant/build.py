@@ -2,7 +2,7 @@
 
 `silu_mul_quantize_args(variant)` returns the kernel object and fake arguments in the family's
 `args` order (x, data, scale, global_scale) plus the TVM-FFI environment stream, as the
-built-in builders of `kernelforge.build.compile` do:
+built-in builders (`kernelforge/families/<name>/build.py`) do:
 * x [M, 2N] (bf16/fp16), row stride ld; 2N divisible by 2 * B * k_multiple_blocks (so N by
   B * k_multiple_blocks, the K-class's rule on N, the K the runtime dispatches on); with a
   `vector_bytes` K-class, ld and the pointer are aligned to it.
@@ -15,10 +15,11 @@ from typing import Any
 
 import cutlass
 import cutlass.cute as cute
-from cutlass.cute.runtime import make_fake_compact_tensor, make_fake_stream, make_fake_tensor
+from cutlass.cute.runtime import make_fake_compact_tensor, make_fake_tensor
 
-from kernelforge.build.compile import DTYPES
 from kernelforge.formats import DTYPE_BYTES, get_format
+from kernelforge.kernels import CUTE_DTYPES as DTYPES
+from kernelforge.kernels import fake_stream
 
 from .kernel import SiluMulQuantizeConfig, SiluMulQuantizeKernel
 
@@ -41,4 +42,4 @@ def silu_mul_quantize_args(v: Any) -> tuple[object, list[object]]:
     g = make_fake_compact_tensor(cutlass.Float32, (1,), assumed_align=4) if fmt.has_global_scale else None
     kernel = SiluMulQuantizeKernel(SiluMulQuantizeConfig(
         fmt=fmt, layout=v.layout, scale_mode=v.scale_mode, threads=int(v.threads)))
-    return kernel, [x, q, s, g, make_fake_stream(use_tvm_ffi_env_stream=True)]
+    return kernel, [x, q, s, g, fake_stream()]

@@ -5,19 +5,19 @@ kernelforge's README, "Writing a kernel family".
 """
 from __future__ import annotations
 
-import math
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-from kernelforge.families import OpFamily
-from kernelforge.families.builtin import HALF_DTYPE, SCALE_MODE_FITS_FORMAT, schema
-from kernelforge.spec.schema import Axis
+from kernelforge.registry import OpFamily
+from kernelforge.schema import HALF_DTYPE, SCALE_MODE_FITS_FORMAT, Axis, op_schema
 
 OP = "silu_mul_quantize"
 HERE = Path(__file__).resolve().parent
 SPEC_FILE = HERE / "data" / "specs" / "silu_mul_quantize.toml"
 FORMATS = ("mxfp8", "nvfp4")  # the kernel is exact for mxfp4 as well; not offered (not tested)
+THREADS = Axis("threads", int, check=lambda v: 32 <= v <= 1024 and v % 32 == 0,
+               expected="a multiple of 32 in 32..1024", abbrev="t")
 
 
 def heuristic(max_k: int, values: Mapping[str, Any]) -> tuple:
@@ -27,29 +27,18 @@ def heuristic(max_k: int, values: Mapping[str, Any]) -> tuple:
 
 def timing_calls(coords: dict[str, Any], fn: Callable, m: int, k: int, l2_bytes: int) -> list[Callable]:
     """What `kernelforge tune` times: fresh [m, 2k] inputs rotated beyond 4x L2 (k = N)."""
-    import torch
+    from kernelforge.testing import rotating_inputs
 
-    from kernelforge.formats import get_format
-    from kernelforge.ops import _common as c
-
-    fmt = get_format(coords["format"])
-    dtype = getattr(torch, coords["dtype"])
-    d_shape, s_shape = c.output_shapes(fmt, (m, k), m, coords["layout"])
-    data = torch.empty(d_shape, dtype=getattr(torch, fmt.data_dtype), device="cuda")
-    scale = torch.empty(s_shape, dtype=getattr(torch, fmt.scale_dtype), device="cuda")
-    g = torch.ones(1, dtype=torch.float32, device="cuda") if fmt.has_global_scale else None
-    n = max(1, min(32, math.ceil(4 * l2_bytes / (m * 2 * k * dtype.itemsize))))
-    xs = [torch.randn(m, 2 * k, device="cuda").to(dtype) for _ in range(n)]
-    return [lambda x=x: fn(x, data, scale, g) for x in xs]
+    r = rotating_inputs(coords, m, k, l2_bytes, row_elements=2 * k)
+    return [lambda x=x: fn(x, r.data, r.scale, r.global_scale) for x in r.inputs()]
 
 
 FAMILY = OpFamily(
-    schema=schema(
+    schema=op_schema(
         OP,
-        ("format", "scale_mode", "layout", "dtype", "kclass", "arch"),
-        ("threads",),
+        (Axis("format", str, choices=FORMATS), "scale_mode", "layout", HALF_DTYPE, "kclass", "arch"),
+        (THREADS,),
         (SCALE_MODE_FITS_FORMAT,),
-        domains=(HALF_DTYPE, Axis("format", str, choices=FORMATS)),
     ),
     sources=("kernel.py", "build.py", "family.py"),
     source_root=HERE,
@@ -72,7 +61,7 @@ def ensure_registered() -> OpFamily:
     from code under the package's distribution name and version, which are part of every
     cache key, so a cache built from the installed package is served.
     """
-    from kernelforge.families import find_family, register
+    from kernelforge.registry import find_family, register
 
     from . import __version__
 

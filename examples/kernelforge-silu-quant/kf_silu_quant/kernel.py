@@ -25,9 +25,8 @@ from cutlass._mlir.dialects import llvm
 from cutlass.cutlass_dsl import T, dsl_user_op
 
 from kernelforge.formats import Format
+from kernelforge.kernels import PDL, BlockQuantizer, byte_views, enter_dependent_grid, scale_grid, scale_offset, widen
 from kernelforge.kernels import convert as cv
-from kernelforge.kernels.blockscale import BlockQuantizer, byte_views, scale_grid, scale_offset, widen
-from kernelforge.kernels.dependent_launch import PDL, enter_dependent_grid
 
 
 @dsl_user_op

@@ -1,7 +1,7 @@
 """Pure-torch reference of silu_mul_quantize (runs on the CPU or on the GPU; the test oracle).
 
 h = dtype(silu(g) * u) with silu(g) = g / (1 + exp(-g)), computed in fp32 and rounded once to
-x's dtype; then kernelforge's `quantize_ref` (NUMERICS.md). On a CUDA device this is bit for
+x's dtype; then kernelforge's `quantize_ref` (docs/numerics.md). On a CUDA device this is bit for
 bit what the kernel computes: torch's CUDA silu evaluates `x / (1 + expf(-x))` in fp32 with
 CUDA's precise expf and IEEE division, exactly the kernel's operations (README "Numerics").
 On the CPU, torch's exp may differ from CUDA's expf in the last fp32 place, so CPU results
@@ -12,7 +12,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from kernelforge.ops.reference import quantize_ref
+from kernelforge.testing import quantize_ref
 
 HALF_DTYPES = (torch.bfloat16, torch.float16)
 

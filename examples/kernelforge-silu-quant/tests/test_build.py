@@ -1,5 +1,6 @@
-"""A real CPU build of a few variants through `kernelforge build`, and their resolution through the
-runtime's dispatch table (what the op calls) in a process that never imports cutlass.
+"""A real CPU build of a few variants through `kernelforge build`, and their resolution on a
+pretend H100 through `kernelforge explain` (the runtime's dispatch table, what the op calls),
+without cutlass.
 
 $KF_SILU_QUANT_TEST_CACHE names a cache to build into (CI builds the example's variants there
 first, so this build is then a no-op check); otherwise a temporary one.
@@ -21,39 +22,27 @@ SELECTION = ["silu_mul_quantize.mxfp8.floor.linear.bfloat16.*.sm_90a.*",
 NAMES = ["silu_mul_quantize.mxfp8.floor.linear.bfloat16.aligned.sm_90a.t128",
          "silu_mul_quantize.mxfp8.floor.linear.bfloat16.any.sm_90a.t128",
          "silu_mul_quantize.nvfp4.none.swizzled.float16.aligned.sm_90a.t128"]
+DEVICE = "device=NVIDIA H100 80GB HBM3"  # the device name tuning tables are keyed by
 
-# Resolution as `kf_silu_quant.ops` does it: `kernelforge.extend.kernel_for` needs a CUDA tensor and
-# calls `kernelforge.ops._common.kernel_for`, called here directly on a pretend H100 (the device
-# queries are the only CUDA calls on that path, answered from _common's memo).
-RESOLVE = r"""
-import json, sys
-from kf_silu_quant.family import ensure_registered
-ensure_registered()
-import kf_silu_quant.ops  # the torch-facing op imports the runtime, never CuTe-DSL
-from kernelforge.ops import _common as c
-c.set_cache_root(sys.argv[1])
-c._capability[0] = (9, 0)
-c._names[0] = "NVIDIA H100 80GB HBM3"
-out = {}
-for tag, coords, n, block, ptr, stride in [
-    ("aligned", (("dtype", "bfloat16"), ("format", "mxfp8"), ("layout", "linear"), ("scale_mode", "floor")),
-     4096, 32, 1 << 20, 2 * 4096 * 2),
-    ("odd_ptr", (("dtype", "bfloat16"), ("format", "mxfp8"), ("layout", "linear"), ("scale_mode", "floor")),
-     4096, 32, (1 << 20) + 2, 2 * 4096 * 2),
-    ("nvfp4", (("dtype", "float16"), ("format", "nvfp4"), ("layout", "swizzled"), ("scale_mode", "none")),
-     7168, 16, 1 << 20, 2 * 7168 * 2),
-]:
-    fn = c.kernel_for("silu_mul_quantize", coords, 0, n, block, ptr, stride, 333)
-    cand = c.dispatch_table().resolve("silu_mul_quantize", dict(coords), (9, 0), n, block, ptr & -ptr, stride, 333)[1]
-    out[tag] = {"callable": callable(fn), "name": cand.entry["name"]}
-try:
-    c.kernel_for("silu_mul_quantize", (("dtype", "float16"), ("format", "mxfp8"), ("layout", "linear"),
-                                      ("scale_mode", "rceil")), 0, 4096, 32, 1 << 20, 16384, 8)
-except Exception as exc:
-    out["missing"] = f"{type(exc).__name__}: {exc}"
-out["cutlass"] = sorted(m for m in sys.modules if m.split(".")[0] == "cutlass")
-print(json.dumps(out))
-"""
+# Resolution as `kf_silu_quant.ops` does it, asked of the public CLI: `kernelforge explain` runs the
+# runtime's dispatch on a pretend device (arch=, align= the pointer's alignment, stride= the row
+# stride in bytes), no GPU needed. tag -> call arguments (x is [M, 2N]; K is N).
+CALLS = {
+    "aligned": ["shape=333x4096", "dtype=bfloat16", "format=mxfp8", "layout=linear", "scale_mode=floor",
+                "align=256", "stride=16384"],
+    "odd_ptr": ["shape=333x4096", "dtype=bfloat16", "format=mxfp8", "layout=linear", "scale_mode=floor",
+                "align=2", "stride=16384"],  # a 2-byte aligned x: only the `any` K-class accepts it
+    "nvfp4": ["shape=333x7168", "dtype=float16", "format=nvfp4", "layout=swizzled", "scale_mode=none",
+              "align=256", "stride=28672"],
+    "missing": ["shape=8x4096", "dtype=float16", "format=mxfp8", "layout=linear", "scale_mode=rceil",
+                "align=256", "stride=16384"],  # not in SELECTION
+}
+MISSING = "silu_mul_quantize.mxfp8.rceil.linear.float16."  # the names that could serve "missing"
+
+# The torch-facing op imports the runtime, never CuTe-DSL.
+OP_IMPORTS = ("import json, sys\n"
+              "import kf_silu_quant.ops\n"
+              "print(json.dumps(sorted(m for m in sys.modules if m.split('.')[0] == 'cutlass')))\n")
 
 
 def env() -> dict[str, str]:
@@ -64,6 +53,18 @@ def env() -> dict[str, str]:
     return e
 
 
+def explain(cache: Path, args: list[str]) -> tuple[int, dict | None, str, list[str]]:
+    """`kernelforge explain OP ARGS --format json` on a pretend H100: (exit code, its JSON document or
+    None, stderr, the cutlass modules the process imported, from -X importtime)."""
+    cmd = [sys.executable, "-X", "importtime", "-m", "kernelforge", "explain", OP, *args, "arch=sm_90a", DEVICE,
+           "--cache", str(cache), "--format", "json"]
+    proc = subprocess.run(cmd, capture_output=True, text=True, env=env())
+    imported = [line.rsplit("|", 1)[1].strip() for line in proc.stderr.splitlines() if line.startswith("import time:")]
+    stderr = "\n".join(line for line in proc.stderr.splitlines() if not line.startswith("import time:"))
+    doc = json.loads(proc.stdout) if proc.stdout.strip() else None
+    return proc.returncode, doc, stderr, sorted({m for m in imported if m.split(".")[0] == "cutlass"})
+
+
 @pytest.mark.slow
 def test_build_on_cpu_and_resolve_without_cutlass(family, tmp_path):
     proc = subprocess.run([sys.executable, "-c", "import cutlass.cute"], capture_output=True, text=True)
@@ -71,7 +72,7 @@ def test_build_on_cpu_and_resolve_without_cutlass(family, tmp_path):
         pytest.skip(f"CuTe-DSL (cutlass) cannot be imported, so nothing can be compiled: {proc.stderr[-200:]}")
     from importlib.metadata import entry_points
 
-    from kernelforge.families import ENTRY_POINT_GROUP
+    from kernelforge.registry import ENTRY_POINT_GROUP
 
     if not any(ep.name == OP for ep in entry_points(group=ENTRY_POINT_GROUP)):
         pytest.skip("kf_silu_quant is importable but not installed: `kernelforge build` finds op families "
@@ -83,8 +84,8 @@ def test_build_on_cpu_and_resolve_without_cutlass(family, tmp_path):
     proc = subprocess.run(cmd, capture_output=True, text=True, env=env())
     assert proc.returncode == 0, proc.stdout + proc.stderr
 
-    from kernelforge.build.keys import variant_key
-    from kernelforge.build.toolchain import toolchain
+    from kernelforge.build import toolchain_fingerprint as toolchain
+    from kernelforge.build import variant_key
     from kernelforge.cache import CacheStore
     from kernelforge.sources import source_hash
     from kernelforge.spec import load_specs
@@ -99,12 +100,25 @@ def test_build_on_cpu_and_resolve_without_cutlass(family, tmp_path):
         assert key in by_key, f"{name}: no build keyed {key[:12]}\n{proc.stdout}"
         assert by_key[key].name == name and by_key[key].source_hash == src
 
-    res = subprocess.run([sys.executable, "-c", RESOLVE, str(cache)], capture_output=True, text=True, env=env())
+    res = subprocess.run([sys.executable, "-c", OP_IMPORTS], capture_output=True, text=True, env=env())
     assert res.returncode == 0, res.stderr
-    out = json.loads(res.stdout.strip().splitlines()[-1])
-    assert out["cutlass"] == []
-    assert out["aligned"] == {"callable": True, "name": NAMES[0]}
-    assert out["odd_ptr"] == {"callable": True, "name": NAMES[1]}  # a 2-byte aligned x: the `any` K-class
-    assert out["nvfp4"] == {"callable": True, "name": NAMES[2]}
-    if "missing" in out:  # nothing built for float16 rceil here (unless the CI cache holds it)
-        assert out["missing"].startswith("KernelNotBuilt") and "kernelforge build" in out["missing"], out["missing"]
+    assert json.loads(res.stdout.strip().splitlines()[-1]) == []
+
+    for tag, name in zip(("aligned", "odd_ptr", "nvfp4"), NAMES):
+        code, doc, err, cutlass = explain(cache, CALLS[tag])
+        assert code == 0 and doc is not None, f"{tag}: exit {code}\n{err}"
+        assert doc["chosen"] is not None and doc["chosen"]["name"] == name, (tag, doc)
+        assert doc["chosen"]["key"] in by_key and by_key[doc["chosen"]["key"]].source_hash == src, (tag, doc)
+        assert cutlass == [], f"{tag}: resolving imported {cutlass}"
+
+    # Nothing built for float16 rceil by SELECTION: a miss naming the build command, unless the
+    # cache (KF_SILU_QUANT_TEST_CACHE) holds such a build of these sources, which then serves it.
+    code, doc, err, cutlass = explain(cache, CALLS["missing"])
+    assert cutlass == [], f"missing: resolving imported {cutlass}"
+    assert doc is not None, f"missing: exit {code}\n{err}"
+    built = sorted(e.name for e in by_key.values() if e.name.startswith(MISSING) and e.source_hash == src)
+    if built:
+        assert code == 0 and doc["chosen"] is not None and doc["chosen"]["name"] in built, (built, doc)
+    else:
+        assert code == 1 and doc["chosen"] is None, doc
+        assert "kernelforge build" in doc["miss"] and MISSING in doc["miss"], doc["miss"]  # the build command

@@ -87,7 +87,7 @@ def test_bit_exact_against_the_gpu_reference(fmt, mode, layout, dtype, m, n):
     x = make_x(m, n, dtype, seed=m * 7919 + n)
     g = None
     if fmt == "nvfp4":
-        from kernelforge.ops.reference import global_scale_of_amax
+        from kernelforge.testing import global_scale_of_amax
 
         g = global_scale_of_amax(silu_mul_ref(x).float().abs().amax().reshape(1))
     check(x, fmt, mode, layout, g, f"{fmt}/{mode}/{layout}/{dtype} {m}x{n}")

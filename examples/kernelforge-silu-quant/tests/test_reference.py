@@ -13,7 +13,7 @@ import pytest
 import torch
 from kf_silu_quant.reference import silu_mul_explicit_ref, silu_mul_quantize_ref, silu_mul_ref, split_gate_up
 
-from kernelforge.ops.reference import dequantize_ref, e4m3_decode, from_swizzled, quantize_ref
+from kernelforge.testing import dequantize_ref, e4m3_decode, from_swizzled, quantize_ref
 
 DTYPES = (torch.bfloat16, torch.float16)
 FLT_MAX = 3.4028234663852886e38

@@ -1,0 +1,81 @@
+"""A kernel wheel's signature: a statement the release key signs at `kernelforge package --sign-key`,
+checked whenever a process opens the wheel as a cache layer.
+
+The statement names the distribution and binds, by sha256, the wheel's SHA256SUMS (every file of
+the package) and the two files the runtime reads first: `cache/v1/dispatch/manifest.json` (which
+names each dispatch group file by its content hash; group rows carry each module's sha256,
+checked at load) and the index's generation and size (the runtime reads the index itself only
+when they disagree with the manifest, so a signed wheel whose index was swapped is refused
+before that). Opening a wheel thus costs one signature check and one small file hash, not a
+hash of every module; `cache verify` re-hashes everything against SHA256SUMS. PyPI's wheel
+attestations bind a wheel to its publisher the same way (https://docs.pypi.org/attestations/).
+
+A wheel without SIGNATURE.json, or signed by a key that is not trusted, is refused unless its
+distribution name matches $KERNELFORGE_ALLOW_UNSIGNED.
+"""
+import hashlib
+import os
+from pathlib import Path
+from typing import Any
+
+from kernelforge.cache.read.fsio import open_regular
+
+# `cache.read.signing` is imported when a wheel is opened, not with this module: the runtime
+# imports this with the layers on every process's first call, with or without a kernel wheel.
+
+SIGNATURE_FILE = "SIGNATURE.json"  # in the wheel's package, next to SHA256SUMS
+_MANIFEST = "cache/v1/dispatch/manifest.json"
+_INDEX = "cache/v1/index.json"
+_GENERATION_PREFIX = b'{"generation": "'
+
+
+def _generation(head: bytes) -> str:
+    if head.startswith(_GENERATION_PREFIX):
+        return head[len(_GENERATION_PREFIX):len(_GENERATION_PREFIX) + 32].decode("ascii", "replace")
+    return ""
+
+
+def wheel_statement(distribution: str, sums: bytes, manifest: bytes, index: bytes) -> dict[str, Any]:
+    """What `package` signs for a wheel (the files' bytes as written into it)."""
+    return {"kind": "kernelforge-kernel-wheel", "distribution": distribution,
+            "sums_sha256": hashlib.sha256(sums).hexdigest(), "manifest_sha256": hashlib.sha256(manifest).hexdigest(),
+            "index_generation": _generation(index[:64]), "index_size": len(index)}
+
+
+def _read(path: Path, limit: int) -> bytes:
+    from kernelforge.cache.read.signing import _read_small
+
+    return _read_small(path, "kernel wheel file", limit)
+
+
+def signature_status(package_dir: Path, distribution: str) -> tuple[str | None, str | None]:
+    """(why the wheel must be refused or None, the signer's key id or None if unsigned). With
+    `cache verify`'s re-hash of every file against SHA256SUMS this covers every byte of the wheel."""
+    from kernelforge.cache.read.signing import SigningError, trusted_keys, unsigned_allowed, verify_statement
+
+    sig_path = package_dir / SIGNATURE_FILE
+    if not os.path.lexists(sig_path):
+        if unsigned_allowed(distribution):
+            return None, None
+        return (f"it is unsigned (no {SIGNATURE_FILE}); install a wheel signed by a trusted key (`kernelforge "
+                f"package --sign-key`), or allow this one with KERNELFORGE_ALLOW_UNSIGNED={distribution}"), None
+    try:
+        signer, st = verify_statement(_read(sig_path, 1 << 16), trusted_keys(), f"{SIGNATURE_FILE}")
+        if st.get("kind") != "kernelforge-kernel-wheel" or st.get("distribution") != distribution:
+            raise SigningError(f"{SIGNATURE_FILE} signs distribution {st.get('distribution')!r}, not {distribution!r}")
+        sums = _read(package_dir / "SHA256SUMS", 64 << 20)
+        manifest = _read(package_dir / _MANIFEST, 64 << 20)
+        if hashlib.sha256(sums).hexdigest() != st.get("sums_sha256"):
+            raise SigningError("SHA256SUMS is not the one the signature covers")
+        if hashlib.sha256(manifest).hexdigest() != st.get("manifest_sha256"):
+            raise SigningError(f"{_MANIFEST} is not the one the signature covers")
+        fd, st_index = open_regular(package_dir / _INDEX, follow=True)  # never waits on a FIFO
+        try:
+            head, size = os.read(fd, 64), st_index.st_size
+        finally:
+            os.close(fd)
+        if size != st.get("index_size") or _generation(head) != st.get("index_generation"):
+            raise SigningError(f"{_INDEX} is not the one the signature covers")
+    except (SigningError, OSError) as exc:
+        return f"its signature does not hold: {exc}", None
+    return None, signer

@@ -1,0 +1,84 @@
+"""Rowwise block-scaled quantization (MXFP8, MXFP4, NVFP4) as one CuTe-DSL kernel class.
+
+One thread quantizes one scale block (B consecutive elements of a row): it loads the block
+(16-byte vectors when the K-class guarantees alignment) and hands it to the shared
+`BlockQuantizer`. Threads are laid out over the scale matrix (rows x scale columns, padded to
+128x4 for the swizzled layout) in its memory order, so padding bytes are written by the threads that own them
+and every M (not only multiples of 128) needs no special path.
+"""
+from dataclasses import dataclass
+
+import cuda.bindings.driver as cuda
+import cutlass
+import cutlass.cute as cute
+from cutlass import Float32, Int32, Uint8
+
+from kernelforge.formats import Format
+from kernelforge.kernels import PDL, BlockQuantizer, byte_views, enter_dependent_grid, scale_coords, scale_grid, widen
+
+
+@dataclass(frozen=True)
+class QuantizeConfig:
+    """Compile-time knobs of one quantize variant; fields map one to one onto spec axes."""
+
+    fmt: Format
+    layout: str  # "linear" | "swizzled"
+    scale_mode: str  # "floor" | "rceil" | "none"
+    threads: int  # threads per CTA
+    units_per_thread: int  # scale blocks per thread
+
+
+class QuantizeKernel:
+    """Host launcher (`__call__`) and device body (`kernel`) of rowwise quantization."""
+
+    def __init__(self, cfg: QuantizeConfig) -> None:
+        self.cfg = cfg
+        self.q = BlockQuantizer(cfg.fmt, cfg.scale_mode)
+        self.block = cfg.fmt.block
+        self.swizzled = cfg.layout == "swizzled"
+
+    @cute.jit
+    def __call__(
+        self,
+        mX: cute.Tensor,  # [M, K] input, row stride ld
+        mQ: cute.Tensor,  # [M, K * bits / 8] packed data (float8_e4m3fn / float4_e2m1fn_x2)
+        mS: cute.Tensor,  # [M, K/B] linear or [Mp, Np] swizzled scales (e8m0 / e4m3)
+        mG: cute.Tensor,  # [1] fp32 global encode scale (NVFP4) or None
+        stream: cuda.CUstream,
+    ):
+        mQ, mS = byte_views(mQ, mS)
+        n_rows, n_cols = scale_grid(mX.shape[0], mX.shape[1] // self.block, self.swizzled)
+        per_cta = self.cfg.threads * self.cfg.units_per_thread
+        grid = (n_rows * n_cols + (per_cta - 1)) // per_cta
+        self.kernel(mX, mQ, mS, mG, n_rows, n_cols).launch(
+            grid=[grid, 1, 1], block=[self.cfg.threads, 1, 1], stream=stream, use_pdl=PDL
+        )
+
+    @cute.kernel
+    def kernel(self, mX: cute.Tensor, mQ: cute.Tensor, mS: cute.Tensor, mG: cute.Tensor,
+               n_rows: Int32, n_cols: Int32):
+        enter_dependent_grid()
+        tidx, _, _ = cute.arch.thread_idx()
+        bidx, _, _ = cute.arch.block_idx()
+        m_rows = mX.shape[0]
+        k_blocks = mX.shape[1] // self.block
+        gX = cute.zipped_divide(mX, (1, self.block))  # ((1, B), (M, K/B))
+        gQ = cute.zipped_divide(mQ, (1, self.q.out_bytes))
+        enc_g, inv_g = self.q.global_factors(mG)  # hoisted out of the unit loop
+
+        for j in cutlass.range_constexpr(self.cfg.units_per_thread):
+            # Slots run in the scale matrix's memory order, so a warp's scale bytes are 32
+            # contiguous bytes in both layouts (row-major order put a swizzled warp's bytes in
+            # 8 sectors, 512 bytes apart).
+            s_off = (bidx * self.cfg.units_per_thread + j) * self.cfg.threads + tidx
+            m, k = scale_coords(s_off, n_cols, self.swizzled)
+            if m < n_rows:
+                if m < m_rows and k < k_blocks:
+                    raw = cute.make_rmem_tensor(self.block, mX.element_type)
+                    cute.autovec_copy(gX[(0, None), (m, k)], raw)
+                    if cutlass.const_expr(mX.element_type == Float32):
+                        mS[s_off] = Uint8(self.q.quantize(raw, gQ[(0, None), (m, k)], enc_g, inv_g))
+                    else:
+                        mS[s_off] = Uint8(self.q.quantize(widen(raw), gQ[(0, None), (m, k)], enc_g, inv_g, raw))
+                else:
+                    mS[s_off] = Uint8(0)  # swizzle padding is always written as zero

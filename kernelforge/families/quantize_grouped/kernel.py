@@ -1,0 +1,362 @@
+"""Grouped (mixture-of-experts) rowwise quantization in one launch, as one CuTe-DSL kernel class.
+
+Two groupings share the kernel:
+
+* `experts`: a weight stack `[E, N, K]`; every expert gets its own scale slab (`[N, K/B]`
+  linear, or the 128x4 swizzled layout of an `[N, K]` matrix, `[roundup(N,128), roundup(K/B,4)]`).
+* `offsets`: activations `[T, K]` split into G groups of consecutive rows by cumulative ends
+  `group_offsets[G]`; group g's swizzled scales start at row `scale_offsets[g]`, the sum of the
+  earlier groups' sizes each rounded up to 128, and every row that belongs to no group (the
+  padding up to 128 of each group, and all rows after the last group) is zero.
+
+Every scale byte is either quantized from its block through the shared `BlockQuantizer` (so
+the bytes equal plain `quantize`) or written as zero padding. `experts`: as in
+`QuantizeKernel`, threads are laid over the padded scale matrix in its memory order, one scale
+byte each. Scale row r of expert e is global row `e * rows + r`, and group g's block starts at a
+multiple of 128, so in both groupings the byte offset is the plain `scale_offset` of the global scale row;
+only the mapping from a scale row to an input row differs.
+
+For `offsets` at most `MAX_CTAS` CTAs (per format) loop over the scale rows, a warp per row and
+its lanes over the row's scale columns. Each CTA first stages the offsets in shared memory, its first
+warp turns them into per-group row ranges and padded block starts (two warp scans over chunks
+of groups; CTA 0 also writes `scale_offsets`), the CTA fills a table of the group of every
+128-row scale block, and each warp then finds the group of each of its scale rows there (or,
+past `BLOCK_TABLE` blocks, by binary search over the starts). Offsets are made safe before
+use, whatever their values: `end[g] = clamp(max(offsets[0..g]), 0, T)` (monotonic, within x),
+and at most `MAX_GROUPS` groups are read; for valid offsets this is the identity. The row loop
+skips padding scale rows; a second phase zeroes them by whole 16-byte lines of the swizzle chunks.
+"""
+from dataclasses import dataclass
+
+import cuda.bindings.driver as cuda
+import cutlass
+import cutlass.cute as cute
+from cutlass import Float32, Int16, Int32, Uint8, Uint32
+
+from kernelforge.formats import SWIZZLE_ROWS, Format
+from kernelforge.kernels import PDL, BlockQuantizer, byte_views, enter_dependent_grid, scale_coords, scale_grid, scale_offset, widen
+
+MAX_GROUPS = 1024  # groups of one `offsets` call (shared-memory tables of MAX_GROUPS + 1 entries)
+# Binary-search steps over MAX_GROUPS starts, unrolled (a loop bounded by the actual group count
+# is slower; docs/performance.md).
+SEARCH_STEPS = MAX_GROUPS.bit_length() - 1
+WARP = 32
+TABLE = MAX_GROUPS + MAX_GROUPS // WARP + 1  # skewed entries 0..MAX_GROUPS
+# `offsets` CTAs loop over the scale rows (grid-stride) so that each builds its group table
+# once for many rows, at most this many per format (2048 is best for MX; docs/performance.md).
+# NVFP4 (80 registers, 6 CTAs of an SM) ends in a partial wave at 2048 CTAs; with 4096 each warp
+# has about one row and the tail is short (docs/performance.md).
+MAX_CTAS = {"mx": 2048, "nvfp4": 4096}
+# 128-row scale blocks whose group is looked up directly (x of up to about 256k rows; beyond,
+# the binary search). 4 KiB of shared memory.
+BLOCK_TABLE = 2048
+# `offsets`: bytes of input each lane loads (whole blocks of a row) before it quantizes the first
+# of them (bf16: 8 blocks per lane for MX, 4 for NVFP4, whose conversion needs more registers, so
+# 8 blocks cost it occupancy; docs/performance.md).
+ROW_BYTES_IN_FLIGHT = {"mx": 512, "nvfp4": 128}
+
+
+@cute.jit
+def skew(g: Int32) -> Int32:
+    """Shared-memory slot of table entry g: one pad word per 32 entries, so that the 32 lanes
+    walking their chunks of consecutive entries hit 32 different banks."""
+    return g + g // WARP
+
+
+@dataclass(frozen=True)
+class QuantizeGroupedConfig:
+    """Compile-time knobs of one grouped-quantize variant; fields map one to one onto spec axes."""
+
+    fmt: Format
+    grouping: str  # "experts" | "offsets"
+    layout: str  # "linear" | "swizzled" ("offsets": swizzled only)
+    scale_mode: str  # "floor" | "rceil" | "none"
+    threads: int  # threads per CTA
+
+
+class QuantizeGroupedKernel:
+    """Host launcher (`__call__`) and device body (`kernel`) of grouped rowwise quantization."""
+
+    def __init__(self, cfg: QuantizeGroupedConfig) -> None:
+        if cfg.grouping == "offsets" and cfg.layout != "swizzled":
+            raise ValueError("quantize_grouped: the offsets grouping has swizzled scales only")
+        self.cfg = cfg
+        # `offsets`: in the unrolled row loop the compiler predicated NVFP4's below-7 and clamping
+        # paths instead of branching, issuing both (SASS: 1121 of 2392 instructions predicated).
+        self.q = BlockQuantizer(cfg.fmt, cfg.scale_mode, branch_free=cfg.grouping == "offsets")
+        self.block = cfg.fmt.block
+        self.swizzled = cfg.layout == "swizzled"
+        self.experts = cfg.grouping == "experts"
+        family = "nvfp4" if self.q.nvfp4 else "mx"
+        self.row_bytes_in_flight = ROW_BYTES_IN_FLIGHT[family]
+        self.max_ctas = MAX_CTAS[family]
+
+    @cute.jit
+    def __call__(
+        self,
+        mX: cute.Tensor,  # experts: [E, N, K]; offsets: [T, K] (row stride ld)
+        mOff: cute.Tensor,  # offsets: [G] int32 cumulative group ends; experts: None
+        mQ: cute.Tensor,  # data, x's shape with K * bits / 8 bytes per row
+        mS: cute.Tensor,  # experts: [E, N, K/B] or [E, Np, Kp]; offsets: [R, Kp] (R multiple of 128)
+        mSO: cute.Tensor,  # offsets: [G] int32 scale row of each group's block (written); experts: None
+        mG: cute.Tensor,  # NVFP4 global encode scales [1] or [E] / [G]; None for MX formats
+        stream: cuda.CUstream,
+    ):
+        k_blocks = mX.shape[cute.rank(mX) - 1] // self.block
+        if cutlass.const_expr(self.experts):
+            n_rows, n_cols = scale_grid(mX.shape[1], k_blocks, self.swizzled)  # per expert
+            total_rows = mX.shape[0] * n_rows
+        else:
+            _, n_cols = scale_grid(mX.shape[0], k_blocks, True)
+            total_rows = mS.shape[0]
+            n_rows = total_rows
+        mQ, mS = byte_views(mQ, mS)
+        threads = self.cfg.threads
+        grid = (total_rows * n_cols + (threads - 1)) // threads
+        if cutlass.const_expr(not self.experts):
+            # A warp per scale row; at least one CTA (with no scale byte at all it still writes
+            # scale_offsets), at most max_ctas.
+            warps = threads // WARP
+            grid = cutlass.min(cutlass.max((total_rows + (warps - 1)) // warps, 1), self.max_ctas)
+        self.kernel(mX, mOff, mQ, mS, mSO, mG, n_rows, total_rows, n_cols).launch(
+            grid=[grid, 1, 1], block=[threads, 1, 1], stream=stream, use_pdl=PDL
+        )
+
+    @cute.kernel
+    def kernel(self, mX: cute.Tensor, mOff: cute.Tensor, mQ: cute.Tensor, mS: cute.Tensor,
+               mSO: cute.Tensor, mG: cute.Tensor, n_rows: Int32, total_rows: Int32, n_cols: Int32):
+        enter_dependent_grid()
+        tidx, _, _ = cute.arch.thread_idx()
+        bidx, _, _ = cute.arch.block_idx()
+        if cutlass.const_expr(self.experts):
+            self.expert_slots(mX, mQ, mS, mG, n_rows, total_rows, n_cols, tidx, bidx)
+        else:
+            self.offset_slots(mX, mOff, mQ, mS, mSO, mG, total_rows, n_cols, tidx, bidx)
+
+    @cute.jit
+    def expert_slots(self, mX: cute.Tensor, mQ: cute.Tensor, mS: cute.Tensor, mG: cute.Tensor,
+                     n_rows: Int32, total_rows: Int32, n_cols: Int32, tidx: Int32, bidx: Int32):
+        """Scale byte `slot` of the stacked per-expert scale slabs: quantize or zero padding."""
+        # Slots in memory order, as in `QuantizeKernel` (faster stores; docs/performance.md).
+        # m: the scale row over all experts (expert e's slab
+        # is rows [e*n_rows, (e+1)*n_rows), each a whole number of 128-row blocks when swizzled).
+        s_off = bidx * self.cfg.threads + tidx
+        m, k = scale_coords(s_off, n_cols, self.swizzled)
+        if m < total_rows:
+            e = m // n_rows
+            r = m - e * n_rows
+            if r < mX.shape[1] and k < mX.shape[2] // self.block:
+                gX = cute.zipped_divide(mX, (1, 1, self.block))  # ((1, 1, B), (E, N, K/B))
+                gQ = cute.zipped_divide(mQ, (1, 1, self.q.out_bytes))
+                mS[s_off] = self.quantize_block(gX[(0, 0, None), (e, r, k)], gQ[(0, 0, None), (e, r, k)],
+                                                mG, e)
+            else:
+                mS[s_off] = Uint8(0)  # swizzle padding is always written as zero
+
+    @cute.jit
+    def offset_slots(self, mX: cute.Tensor, mOff: cute.Tensor, mQ: cute.Tensor, mS: cute.Tensor,
+                     mSO: cute.Tensor, mG: cute.Tensor, total_rows: Int32, n_cols: Int32,
+                     tidx: Int32, bidx: Int32):
+        """Every scale byte of the grouped scale matrix, grid-stride: quantize, or zero where no row is."""
+        smem = cutlass.utils.SmemAllocator()
+        ends = smem.allocate_tensor(Int32, cute.make_layout(TABLE), 16)
+        starts = smem.allocate_tensor(Int32, cute.make_layout(TABLE), 16)
+        n_groups = cutlass.min(mOff.shape[0], MAX_GROUPS)
+        t_rows = mX.shape[0]
+        for i in cutlass.range(tidx, n_groups, self.cfg.threads):
+            ends[skew(i)] = mOff[i]  # the raw offsets, coalesced; group_table clamps them in place
+        cute.arch.sync_threads()
+        if tidx < WARP:
+            self.group_table(mSO, ends, starts, n_groups, t_rows, tidx, bidx)
+        cute.arch.sync_threads()
+
+        total = starts[skew(n_groups)]
+        # Every 128-row scale block belongs to one group (each group's block is padded to 128
+        # rows): where the blocks fit the table, the group of a scale row is one lookup instead
+        # of ten dependent shared-memory reads (docs/performance.md).
+        block_group = smem.allocate_tensor(Int16, cute.make_layout(BLOCK_TABLE), 16)
+        direct = total // SWIZZLE_ROWS <= BLOCK_TABLE
+        if direct:
+            for i in cutlass.range(tidx, n_groups, self.cfg.threads):
+                for b in cutlass.range(starts[skew(i)] // SWIZZLE_ROWS, starts[skew(i + 1)] // SWIZZLE_ROWS):
+                    block_group[b] = Int16(i)
+            cute.arch.sync_threads()
+        k_blocks = mX.shape[1] // self.block
+        gX = cute.zipped_divide(mX, (1, self.block))  # ((1, B), (T, K/B))
+        gQ = cute.zipped_divide(mQ, (1, self.q.out_bytes))
+        # One NVFP4 global scale for every group (the common case): its factors once per thread,
+        # not per block (a correctly rounded reciprocal costs about as much as a block's elements).
+        shared_g = self.q.global_factors(mG)
+        per_group = False
+        if cutlass.const_expr(mG is not None):
+            per_group = mG.shape[0] > 1
+        # One warp per scale row (grid-stride over rows), its lanes over the row's scale columns:
+        # the row's group and input row are found once per warp and row, not once per scale
+        # byte (per-byte lookups and the slot division cost far more instructions than plain
+        # `quantize`; docs/performance.md).
+        warps = self.cfg.threads // WARP
+        lane = tidx % WARP
+        unroll = max(1, self.row_bytes_in_flight // (self.block * mX.element_type.width // 8))
+        n_warps = cute.arch.grid_dim()[0] * warps
+        for m in cutlass.range(bidx * warps + tidx // WARP, total_rows, n_warps):
+            g, row = self.row_of(m, ends, starts, block_group, direct, total, n_groups, t_rows)
+            # NVFP4: the row's global-scale factors once per row (warp-uniform), outside the block loop.
+            enc_g, inv_g = shared_g
+            if cutlass.const_expr(mG is not None):
+                if per_group:
+                    enc_g, inv_g = self.q.global_factors(self.global_scale_of(mG, g))
+            if row < t_rows:  # padding rows: zeroed below, a whole line at a time
+                for k0 in cutlass.range(lane, n_cols, WARP * unroll):
+                    # The loads of all `unroll` blocks are issued before the first is quantized.
+                    raws = []
+                    for u in cutlass.range_constexpr(unroll):
+                        k = k0 + u * WARP
+                        raw = cute.make_rmem_tensor(self.block, mX.element_type)
+                        if k < k_blocks:
+                            cute.autovec_copy(gX[(0, None), (row, k)], raw)
+                        raws.append(raw)
+                    for u in cutlass.range_constexpr(unroll):
+                        k = k0 + u * WARP
+                        if k < n_cols:
+                            s_off = scale_offset(m, k, n_cols, True)
+                            if k < k_blocks:
+                                mS[s_off] = self.quantize_raw(raws[u], gQ[(0, None), (row, k)], enc_g, inv_g)
+                            else:
+                                mS[s_off] = Uint8(0)
+
+        # Padding rows (each group's rows up to its next multiple of 128, and every row after the
+        # last group) by whole chunks: a lane zeroes the rows of one 16-byte line of a chunk that
+        # are padding, so a warp store covers 128 bytes in 4 lines, where the row loop's byte
+        # stores cover 32 bytes in 8 (docs/performance.md). Work items: each chunk of each
+        # group's last block, then of every block after the last group.
+        chunk_cols = n_cols // 4
+        s32 = cute.make_tensor(cute.recast_ptr(mS.iterator, dtype=Uint32), cute.make_layout(cute.size(mS) // 4))
+        tail_blocks = (total_rows - total) // SWIZZLE_ROWS
+        for item in cutlass.range(bidx * warps + tidx // WARP, (n_groups + tail_blocks) * chunk_cols, n_warps):
+            e = item // chunk_cols
+            b = total // SWIZZLE_ROWS + (e - n_groups)  # a block after the last group: all padding
+            first = Int32(0)
+            if e < n_groups:
+                # The scale row after the group's last.
+                data_end = starts[skew(e)] + (ends[skew(e)] - self.first_row(ends, e))
+                b = starts[skew(e + 1)] // SWIZZLE_ROWS - 1  # the group's last block (if it has one)
+                first = SWIZZLE_ROWS
+                if starts[skew(e + 1)] > data_end:
+                    first = data_end - b * SWIZZLE_ROWS
+            if first < SWIZZLE_ROWS:
+                # The chunk's first word, then the lane's line (rows lane, lane + 32, ... of 4 scale columns).
+                word = scale_offset(b * SWIZZLE_ROWS, 4 * (item - e * chunk_cols), n_cols, True) // 4 + lane * 4
+                for j in cutlass.range_constexpr(SWIZZLE_ROWS // WARP):  # rows lane, lane + 32, ...
+                    if j * WARP + lane >= first:
+                        s32[word + j] = Uint32(0)
+
+    @cute.jit
+    def first_row(self, ends: cute.Tensor, g: Int32) -> Int32:
+        """Input row where group g begins: the clamped end of group g - 1 (0 for the first)."""
+        begin = Int32(0)
+        if g > 0:
+            begin = ends[skew(g - 1)]
+        return begin
+
+    @cute.jit
+    def row_of(self, m: Int32, ends: cute.Tensor, starts: cute.Tensor, block_group: cute.Tensor, direct,
+               total: Int32, n_groups: Int32, t_rows: Int32):
+        """Group of scale row m and its input row (t_rows where the scale row is padding)."""
+        g = Int32(0)
+        row = t_rows
+        if m < total:
+            if direct:
+                g = Int32(block_group[m // SWIZZLE_ROWS])
+            else:
+                # Largest g with starts[g] <= m: the non-empty group whose block holds m.
+                for step in cutlass.range_constexpr(SEARCH_STEPS):
+                    nxt = g + (MAX_GROUPS >> (step + 1))
+                    if nxt < n_groups:
+                        if starts[skew(nxt)] <= m:
+                            g = nxt
+            r = self.first_row(ends, g) + (m - starts[skew(g)])
+            if r < ends[skew(g)]:
+                row = r
+        return g, row
+
+    @cute.jit
+    def group_table(self, mSO: cute.Tensor, ends: cute.Tensor, starts: cute.Tensor,
+                    n_groups: Int32, t_rows: Int32, lane: Int32, bidx: Int32):
+        """One warp turns the raw offsets in `ends` into the clamped group ends, and fills `starts`
+        (first scale row of group g; `starts[n_groups]` is the total); CTA 0 also writes `mSO`.
+
+        Lane l handles the groups [l*c, (l+1)*c); a max-scan and then a sum-scan over the lanes'
+        chunk results give each lane what precedes its chunk. Each lane reads and writes only
+        its own chunk, so no synchronization is needed between the passes.
+        """
+        c = (n_groups + (WARP - 1)) // WARP
+        first = lane * c
+        chunk_max = Int32(0)
+        for i in cutlass.range(c):
+            if first + i < n_groups:
+                chunk_max = cutlass.max(chunk_max, ends[skew(first + i)])
+        run = self.warp_exclusive(chunk_max, lane, True)  # max of the offsets before the chunk, >= 0
+        chunk_begin = cutlass.min(run, t_rows)  # = ends[first - 1], the chunk's first row
+        prev = chunk_begin
+        chunk_rows = Int32(0)  # scale rows of the chunk's blocks
+        for i in cutlass.range(c):
+            if first + i < n_groups:
+                run = cutlass.max(run, ends[skew(first + i)])
+                end = cutlass.min(run, t_rows)
+                ends[skew(first + i)] = end
+                chunk_rows = chunk_rows + (end - prev + (SWIZZLE_ROWS - 1)) // SWIZZLE_ROWS * SWIZZLE_ROWS
+                prev = end
+        start = self.warp_exclusive(chunk_rows, lane, False)
+        prev = chunk_begin
+        for i in cutlass.range(c):
+            if first + i < n_groups:
+                starts[skew(first + i)] = start
+                if bidx == 0:
+                    mSO[first + i] = start
+                end = ends[skew(first + i)]
+                start = start + (end - prev + (SWIZZLE_ROWS - 1)) // SWIZZLE_ROWS * SWIZZLE_ROWS
+                prev = end
+        if lane == WARP - 1:
+            starts[skew(n_groups)] = start  # the last lane's chunk ends at the total
+
+    @cute.jit
+    def warp_exclusive(self, v: Int32, lane: Int32, take_max: cutlass.Constexpr[bool]) -> Int32:
+        """Exclusive max (identity 0, for values >= 0) or sum scan of `v` over the 32 lanes."""
+        for d in cutlass.range_constexpr(5):
+            other = cute.arch.shuffle_sync_up(v, 1 << d)
+            if lane >= (1 << d):
+                if cutlass.const_expr(take_max):
+                    v = cutlass.max(v, other)
+                else:
+                    v = v + other
+        before = cute.arch.shuffle_sync_up(v, 1)
+        if lane == 0:
+            before = Int32(0)
+        return before
+
+    @cute.jit
+    def global_scale_of(self, mG: cute.Tensor, index: Int32) -> cute.Tensor:
+        """The one-element view of NVFP4 global scale `mG[index]` (clamped: one scale may serve all)."""
+        return cute.make_tensor(mG.iterator + cutlass.min(index, mG.shape[0] - 1), cute.make_layout(1))
+
+    @cute.jit
+    def quantize_block(self, src: cute.Tensor, dst: cute.Tensor, mG: cute.Tensor, index: Int32) -> Uint8:
+        """Load one block of the input and quantize it into `dst` (NVFP4 global scale `mG[index]`);
+        its scale byte."""
+        raw = cute.make_rmem_tensor(self.block, src.element_type)
+        cute.autovec_copy(src, raw)
+        g_one = mG
+        if cutlass.const_expr(mG is not None):
+            g_one = self.global_scale_of(mG, index)
+        enc_g, inv_g = self.q.global_factors(g_one)
+        return self.quantize_raw(raw, dst, enc_g, inv_g)
+
+    @cute.jit
+    def quantize_raw(self, raw: cute.Tensor, dst: cute.Tensor, enc_g: Float32, inv_g: Float32) -> Uint8:
+        """Quantize one loaded register block into `dst` with the given global-scale factors; its scale byte."""
+        scale = Uint8(0)
+        if cutlass.const_expr(raw.element_type == Float32):
+            scale = Uint8(self.q.quantize(raw, dst, enc_g, inv_g))
+        else:
+            scale = Uint8(self.q.quantize(widen(raw), dst, enc_g, inv_g, raw))
+        return scale

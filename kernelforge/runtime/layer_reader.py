@@ -1,0 +1,192 @@
+"""One cache root as the runtime reads it (a layer): its dispatch groups, runtime libraries and
+tuning tables, read lazily per group from the dispatch views (or from the index when the views
+do not match it), every file opened through the root's trust policy. Only entries built from
+the kernel sources this package ships become candidates."""
+from __future__ import annotations
+
+import threading
+import warnings
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Callable, NamedTuple
+
+from ..cache.read.index import load_index_for_runtime
+from ..cache.read.layout import Layout
+from ..cache.read.origin import origin_rank
+from ..cache.read.trust import TrustedRoot
+from ..cache.read.usage import usage_log
+from ..cache.read.views import DispatchViews, coords_id, with_main_path
+from ..errors import (
+    CacheError,
+    SpecError,
+    UntrustedCache,
+)
+from ..sources import OP_SOURCES, source_hash
+from ..spec.kclass import KClass
+from .loader import load_function, read_verified_json
+from .tuning import TuningTable, table_entries_for
+
+if TYPE_CHECKING:
+    pass
+
+
+class Candidate(NamedTuple):
+    """One cached kernel usable for a dispatch key on some arch, and the layer that holds it
+    (a NamedTuple: cheaper to create at import than a frozen dataclass, see `cache.read.layout.Layout`)."""
+
+    entry: dict[str, Any]
+    arch: str
+    kclass: KClass
+    layer: LayerReader | None = None
+
+    def accepts(self, k: int, block: int, ptr_align: int, stride_bytes: int, m: int = 0) -> bool:
+        return self.kclass.accepts(k, block, ptr_align, stride_bytes, m)
+
+
+class LayerReader:
+    """The runtime's view of one cache root (one layer): its dispatch groups, runtime libraries
+    and tuning tables, read lazily from the dispatch views, or from the index when they do not
+    match it. Every file is opened through the trust policy of this root."""
+
+    def __init__(self, root: Path, label: str = "", writable: bool = False) -> None:
+        self.root = Path(root)
+        self.label = label or str(self.root)
+        # Advisory last-use/hit/miss records (cache/read/usage.py); never on a read-only layer.
+        self.usage = usage_log(self.root, writable)
+        self.trusted = TrustedRoot(self.root)
+        self._lock = threading.Lock()
+        self._groups: dict[str, list[Candidate]] = {}  # coords id -> candidates, best first
+        self._views: DispatchViews | None = None  # read on first use
+        self._full = False  # every group built from the index itself
+        self._runtimes: dict[str, dict[str, Any]] = {}
+        self._stale: dict[str, int] = {}
+        self._tuning: list[dict[str, Any]] = []  # tuning-table entries (from the full index)
+        self._tables: dict[tuple[str, str, str], list[TuningTable]] = {}
+        self._table_files: dict[str, TuningTable | None] = {}  # entry key -> parsed table (None: damaged)
+
+    def group(self, group: str) -> list[Candidate]:
+        """The servable candidates of one dispatch group in this layer, best first."""
+        cands = self._groups.get(group)
+        if cands is not None:
+            return cands
+        with self._lock:
+            if group not in self._groups and not self._full:
+                if self._views is None:
+                    self._views = DispatchViews(self.root, self.trusted)
+                    if self._views.manifest is not None:
+                        self._add_runtimes(self._views.manifest["runtimes"].values())
+                entries = self._views.group(group) if self._views.manifest is not None else None
+                if entries is not None:
+                    self._groups[group] = self._candidates_of(group, entries)
+                else:
+                    self._load_index()
+            return self._groups.get(group, [])
+
+    def _load_index(self) -> None:
+        """Build every group from the index itself (no usable dispatch view)."""
+        entries: dict[str, list[dict[str, Any]]] = {}
+        runtimes = []
+        for entry in load_index_for_runtime(self.root, self.trusted).values():
+            if entry.get("kind") == "runtime":
+                runtimes.append(entry)
+                continue
+            if entry.get("kind") == "tuning":
+                self._tuning.append(entry)
+                continue
+            group = coords_id(entry.get("op", ""), (entry.get("extra") or {}).get("dispatch") or {})
+            entries.setdefault(group, []).append(entry)
+        self._add_runtimes(runtimes, resolved=True)
+        for group, members in entries.items():
+            self._groups[group] = self._candidates_of(group, members, resolved=True)
+        self._full = True
+
+    def load_index_once(self) -> None:
+        with self._lock:
+            if not self._full:
+                self._load_index()
+
+    def _add_runtimes(self, entries, resolved: bool = False) -> None:
+        layout = Layout(self.root)
+        for e in entries:
+            e = e if resolved else with_main_path(layout, e)
+            if e is not None:
+                self._runtimes[e["key"]] = e
+
+    def _candidates_of(self, group: str, entries: list[dict[str, Any]], resolved: bool = False) -> list[Candidate]:
+        """Servable candidates of one group: built from this package's kernel sources, best first."""
+        layout = Layout(self.root)
+        cands = []
+        for entry in entries:
+            op = entry.get("op", "")
+            kc = (entry.get("variant") or {}).get("kclass") or {}
+            if op not in OP_SOURCES or entry.get("source_hash") != source_hash(op):
+                self._stale[group] = self._stale.get(group, 0) + 1
+                continue
+            try:
+                kclass = KClass.from_dict(kc)
+            except SpecError:  # written by another kernelforge version: not servable
+                self._stale[group] = self._stale.get(group, 0) + 1
+                continue
+            entry = entry if resolved else with_main_path(layout, entry)
+            if entry is not None:
+                arch = (entry.get("variant") or {}).get("axes", {}).get("arch", entry.get("arch", ""))
+                cands.append(Candidate(entry, arch, kclass, self))
+        # Most specialized K-class first; among equals a build made in this cache before one that
+        # arrived signed, before one accepted unsigned (kernelforge.cache.read.origin.origin_rank: an
+        # arrival's later date must never shadow a local build), then the newest.
+        cands.sort(key=lambda c: (c.kclass.specificity, origin_rank(c.entry.get("extra")),
+                                  c.entry.get("created", "")), reverse=True)
+        return cands
+
+    def stale(self, group: str) -> int:
+        """How many builds of `group` in this layer come from other kernel sources."""
+        return self._stale.get(group, 0)
+
+    def tuning_tables(self, device: str, arch_name: str, op: str) -> list[TuningTable]:
+        """This layer's tables for (device name, arch, op's sources), newest first, verified once."""
+        key = (device, arch_name, op)
+        if key in self._tables:
+            return self._tables[key]
+        if self._views is None or self._views.manifest is None:
+            self.load_index_once()
+            entries = self._tuning
+        else:
+            layout = Layout(self.root)
+            entries = [e for e in (with_main_path(layout, t) for t in self._views.manifest.get("tuning", {}).values())
+                       if e is not None]
+        tables = []
+        for entry in table_entries_for(entries, device, arch_name, op):
+            table = self._table_file(entry)
+            if table is not None:
+                tables.append(table)
+        self._tables[key] = tables
+        return tables
+
+    def _table_file(self, entry: dict[str, Any]) -> TuningTable | None:
+        """One tuning-table entry, read, verified and parsed once per process: every op it covers
+        shares it (re-reading the whole table would add to each further op's first call).
+        None, with one warning, if it is damaged."""
+        key = entry.get("key", "")
+        if key in self._table_files:
+            return self._table_files[key]
+        table = None
+        try:
+            table = TuningTable(read_verified_json(self.trusted, entry))
+        except UntrustedCache:
+            raise
+        except (CacheError, ValueError, KeyError, TypeError) as exc:
+            warnings.warn(f"kernelforge: ignoring tuning table {entry.get('name')}: {exc}", RuntimeWarning,
+                          stacklevel=2)
+        self._table_files[key] = table
+        return table
+
+    def load(self, cand: Candidate) -> Callable:
+        """The loaded function of one of this layer's candidates (module and runtime checksums checked)."""
+        fn = load_function(self.trusted, cand.entry,
+                           self._runtimes.get(cand.entry.get("extra", {}).get("runtime_key", "")))
+        self.usage.record("load", cand.entry.get("op", ""), cand.entry.get("key", ""))  # once per process per entry
+        return fn
+
+    def groups(self) -> dict[str, list[Candidate]]:
+        """Every dispatch group of this layer with its servable candidates (reads the whole index)."""
+        self.load_index_once()
+        return dict(self._groups)
