@@ -2,8 +2,8 @@
 # One device-tool call, exactly as users run a GPU node: pip-install the release's wheels
 # (.carry/dist: kernelforge, the kernel wheels, the op-family plugin) and the dependency wheels the
 # image lacks (.carry/deps) into a bare target, no checkout on the path, trust only the release key
-# (.carry/keys/release.pub), then `cache verify`, `validate` (KF_TUNE=1: also measure the card's tuning table and
-# validate with it), the example family's GPU tests from its
+# (.carry/keys/release.pub), then `cache verify`, `validate` (KF_VALIDATE=0 skips it; KF_TUNE=1 measures the card's
+# tuning table on a copy of the wheel's cache and validates that copy), the example family's GPU tests from its
 # own kernel wheel, and the cost of the wheel signature check. Logs go to $OUT.
 #   here: see docs/release.md (build, sign, package), then copy the wheels into .carry/
 set -uo pipefail
@@ -19,8 +19,11 @@ unset KERNELFORGE_CACHE_DIR KERNELFORGE_ALLOW_UNSIGNED
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
 python3 -m kernelforge --version
 python3 -m kernelforge cache verify 2>&1 | tee "$OUT/verify.log" | grep -v "^PROBLEM" | tail -8
-python3 -m kernelforge validate 2>&1 | tee "$OUT/validate.log" | tail -12
-rc=${PIPESTATUS[0]}
+rc=0
+if [ "${KF_VALIDATE:-1}" = 1 ]; then
+  python3 -m kernelforge validate 2>&1 | tee "$OUT/validate.log" | tail -12
+  rc=${PIPESTATUS[0]}
+fi
 if [ "${KF_TUNE:-0}" = 1 ]; then  # measure this card's tuning table on a writable copy of the kernel wheel's cache
   card="$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1 | tr 'A-Z ' 'a-z_')"
   rm -rf /tmp/kf-tune && cp -r "$SITE"/kernelforge_kernels_sm90a/cache /tmp/kf-tune && chmod -R u+w /tmp/kf-tune

@@ -41,6 +41,9 @@ $KF cache verify --cache "$WORK/cache"
 for a in $ARCHES; do
   $KF package --cache "$WORK/cache" --arch "$a" --sign-key "$SIGNING_KEY" --out "$OUT"
 done
+# setuptools builds in-tree and copies build/lib into the wheel as it finds it: a module deleted or
+# moved since the last build would ship again (and register its torch ops twice), so start clean.
+rm -rf build/lib build/bdist.*
 python -m pip wheel -q --no-deps -w "$OUT" .                   # the kernelforge wheel itself
 if [ "${VALIDATE:-0}" = 1 ]; then
   $KF validate --cache "$WORK/cache"

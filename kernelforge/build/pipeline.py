@@ -7,7 +7,8 @@ what each did; it prints nothing (the CLI renders the outcome and draws its prog
 1. pull (with a remote): the entries of the selection's keys the cache lacks; an entry the
    remote holds but that is refused (bad signature, ...) is then compiled here.
 2. compile: `driver.build_variants` (an up-to-date variant costs an index look-up).
-3. tuning tables: every committed table (config.tuning_dir()) imported into the cache.
+3. tuning tables: every committed table (config.tuning_dir()), and those of a `tuning/` beside a
+   spec file's directory, imported into the cache.
 4. gc (with a size limit, on a writable cache): least recently used entries are evicted until
    the cache fits, never one of the selection's.
 5. push (with a remote the build may write): the selection's entries the remote lacks.
@@ -21,6 +22,7 @@ nothing. Errors of the compile stage itself (an unwritable cache, ...) and inter
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Protocol, Sequence
 
 from ..build.tables import import_table
@@ -30,7 +32,8 @@ from ..cache.transfer.common import Rejected, TransferReport
 from ..cache.transfer.remote import Remote, pull, push
 from ..config import tuning_dir
 from ..errors import CacheError, KernelforgeError
-from .driver import BuildReport, VariantResult, build_variants
+from . import driver
+from .driver import BuildReport, VariantResult
 from .selection import selection_keys
 
 # StageError.kind
@@ -52,6 +55,8 @@ class BuildRequest:
     remote: str | None = None  # fsspec URL: pull the selection's missing entries first
     push: bool = True  # with `remote`: push what the remote lacks afterwards (see `remote_pushes`)
     max_size: int | None = None  # evict least recently used entries down to this many bytes (None: no gc)
+    # Directories of tuning tables to import (None: the package's committed ones, config.tuning_dir()).
+    table_dirs: Sequence[Path] | None = None
 
 
 @dataclass(frozen=True)
@@ -180,8 +185,8 @@ def run_build(request: BuildRequest, progress: BuildProgress | None = None) -> B
         tell.pulled(pulled)
     report = _compile(request, tell)
     tables = []
-    directory = tuning_dir()
-    for path in sorted(directory.glob("*.json")) if directory.is_dir() else ():
+    directories = request.table_dirs if request.table_dirs is not None else (tuning_dir(),)
+    for path in [f for d in directories if d.is_dir() for f in sorted(d.glob("*.json"))]:
         try:
             tables.append(TableImport(path.name, import_table(store, path, verify=request.verify)))
         except (KernelforgeError, ValueError) as exc:
@@ -208,9 +213,10 @@ def _compile(request: BuildRequest, tell: BuildProgress) -> BuildReport:
         tell.start(todo)
 
     try:
-        return build_variants(request.variants, request.store, jobs=request.jobs, on_result=tell.result,
-                              on_start=on_start, on_begin=tell.begin, verify=request.verify,
-                              shard=request.shard, explain=request.explain)
+        # driver.build_variants looked up at call time: tests replace it with a compiler-free fake
+        return driver.build_variants(request.variants, request.store, jobs=request.jobs, on_result=tell.result,
+                                     on_start=on_start, on_begin=tell.begin, verify=request.verify,
+                                     shard=request.shard, explain=request.explain)
     finally:
         if started:
             tell.stop()

@@ -17,13 +17,14 @@ import os
 import sys
 from dataclasses import dataclass
 from enum import Enum
+from pathlib import Path
 from typing import TYPE_CHECKING, List, Optional
 
 import typer
 from rich.console import Console
 
 from ..cache import CacheStore
-from ..config import resolve_cache_root
+from ..config import resolve_cache_root, tuning_dir
 from ..errors import KernelforgeError
 from ..spec.files import resolve_spec_paths
 from ._common import EXIT_FAILED, EXIT_USAGE, fail
@@ -200,8 +201,11 @@ def _build(o: BuildOptions, tally: _Tally) -> None:
     from ..build.pipeline import BuildRequest, run_build
 
     view = _BuildView(o, out, err, store, limit_source, tally)
+    # The committed tables, and those a custom spec directory carries beside it (DIR/specs, DIR/tuning).
+    table_dirs = tuple(dict.fromkeys([tuning_dir(), *(Path(p).parent.parent / "tuning" for p in paths)]))
     request = BuildRequest(tuple(variants), store, jobs=o.jobs, verify=o.verify, shard=shard_spec,
-                           explain=o.verbose or as_json, remote=o.remote or None, push=push, max_size=limit)
+                           explain=o.verbose or as_json, remote=o.remote or None, push=push, max_size=limit,
+                           table_dirs=table_dirs)
     try:
         outcome = run_build(request, view)
     except KernelforgeError as exc:

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from kernelforge.build.pipeline import UNUSABLE, BuildRequest, remote_pushes, run_build
+from kernelforge.build.pipeline import INVALID, UNUSABLE, BuildRequest, remote_pushes, run_build
 from kernelforge.cache import CacheStore
 from kernelforge.config import tuning_dir
 from kernelforge.errors import CacheError
@@ -74,6 +74,28 @@ def test_run_build_reports_every_stage(built_cache, tmp_path: Path) -> None:
     assert progress.events[:2] == [("pulled", True), ("start", 0)]
     assert sorted(progress.events[2:4]) == sorted(("result", n, "up to date") for n in NAMES)
     assert progress.events[4:] == [("stop",), ("pushing", True)]
+
+
+@pytest.mark.slow
+def test_run_build_stops_at_an_invalid_tuning_table(built_cache, tmp_path: Path, monkeypatch) -> None:
+    from kernelforge.build import pipeline
+
+    assert built_cache.exit_code == 0, built_cache.output
+    root = tmp_path / "cache"
+    shutil.copytree(built_cache.root, root, symlinks=True)
+    tables = tmp_path / "tuning"
+    tables.mkdir()
+    shutil.copy(sorted(tuning_dir().glob("*.json"))[0], tables / "a.json")
+    (tables / "b.json").write_text("[]")
+    monkeypatch.setattr(pipeline, "tuning_dir", lambda: tables)
+    url = (tmp_path / "remote").as_uri()
+    outcome = run_build(BuildRequest(_selection(), CacheStore(root), remote=url, max_size=1))
+    assert outcome.status == "stopped" and outcome.error is not None
+    assert (outcome.error.stage, outcome.error.kind) == ("tuning tables", INVALID)
+    assert outcome.error.message.startswith(f"{tables / 'b.json'}: not a kernelforge tuning table")
+    assert outcome.build is not None and outcome.build.count("up to date") == 2  # compiled before the tables
+    assert [t.file for t in outcome.tables] == ["a.json"]  # imported before b.json stopped it
+    assert outcome.gc is None and outcome.pushed is None and not (tmp_path / "remote").exists()  # neither ran
 
 
 @pytest.mark.skipif(toolchain_problem() is not None, reason=str(toolchain_problem()))

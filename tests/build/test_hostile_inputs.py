@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from kernelforge.config import tuning_dir
 from tests.build._kf_build_helpers import ARCH, NAMES, SELECTION
 from tests.cache._fault_helpers import error_lines, kf, make_fifo
 
@@ -45,7 +46,7 @@ def test_build_refuses_a_malformed_tuning_table_in_one_line(cache: Path, tmp_pat
     specs.mkdir(parents=True)
     tuning.mkdir()
     shutil.copy(DEFAULT_SPEC, specs / DEFAULT_SPEC.name)
-    committed = sorted((DEFAULT_SPEC.parents[1] / "tuning").glob("*.json"))[0]
+    committed = sorted(tuning_dir().glob("*.json"))[0]
     table = json.loads(committed.read_text())
     for key, value in change.items():
         if value is None:

@@ -47,11 +47,11 @@ def _digests(root: Path) -> dict[str, tuple[str, str]]:
 def _selected_keys() -> list[str]:
     from kernelforge.build.keys import variant_key
     from kernelforge.build.toolchain import toolchain
-    from kernelforge.config import default_spec_dir
     from kernelforge.sources import source_hash
     from kernelforge.spec import load_specs, select
+    from kernelforge.spec.files import resolve_spec_paths
 
-    variants = select(load_specs(sorted(default_spec_dir().glob("*.toml"))), only=[SELECTION], archs=[ARCH])
+    variants = select(load_specs(resolve_spec_paths(None)), only=[SELECTION], archs=[ARCH])
     return [variant_key(v.canonical(), source_hash(v.op), toolchain()) for v in variants]
 
 
