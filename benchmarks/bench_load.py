@@ -31,7 +31,7 @@ x = torch.randn(128, 256, device="cuda", dtype=torch.bfloat16)
 torch.cuda.synchronize()
 t0 = time.perf_counter()
 import kernelforge
-from kernelforge.runtime import dispatch
+from kernelforge.runtime import layer_reader
 if mode == "previous":
     import hashlib, tvm_ffi
     from pathlib import Path
@@ -44,7 +44,7 @@ if mode == "previous":
                 assert hashlib.sha256(Path(e["main_path"]).read_bytes()).hexdigest() == e["sha256"]
                 checked.add(e["main_path"])
         return tvm_ffi.load_module(entry["main_path"])[entry["extra"]["symbol"]]
-    dispatch.load_function = load_by_path
+    layer_reader.load_function = load_by_path
 t1 = time.perf_counter()
 out = kernelforge.quantize(x, "mxfp8")
 torch.cuda.synchronize()

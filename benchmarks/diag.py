@@ -218,10 +218,11 @@ STAGES = r"""
 import kernelforge, kernelforge.ops
 import kernelforge.runtime.loader as loader
 import kernelforge.runtime.dispatch as dispatch
+import kernelforge.runtime.layer_reader as layer_reader
 
 for name in ("tvm_ffi_library", "_load_runtime", "load_function", "open_verified"):
     setattr(loader, name, timed(name, getattr(loader, name)))
-dispatch.load_function = loader.load_function  # the name dispatch imported
+layer_reader.load_function = loader.load_function  # the name layer_reader imported
 for name in ("resolve", "tuning_tables"):
     setattr(dispatch.DispatchTable, name, timed("DispatchTable." + name, getattr(dispatch.DispatchTable, name)))
 t0 = time.perf_counter()

@@ -273,8 +273,10 @@ def test_rebuild_sample_refuses_a_signed_shard_that_did_not_build_its_keys(relea
     key = tmp_path / "release-key"
     assert _cli("key", "generate", str(key)).exit_code == 0
     genuine, forged = tmp_path / "genuine", tmp_path / "forged"
-    shutil.copytree(release.shards[0], genuine)
-    shutil.copytree(release.shards[0], forged)
+    # A shard that holds a kernel (which shard does depends on the keys, so on the kernel sources).
+    shard = next(r for r in release.shards if any(e.kind == "kernel" for e in CacheStore(r).iter_entries()))
+    shutil.copytree(shard, genuine)
+    shutil.copytree(shard, forged)
     kernel_key, name, _ = _a_kernel(forged)
     _alter_consistently(forged, kernel_key)
     for root in (genuine, forged):

@@ -31,8 +31,8 @@ UID = 12345
 AS_USER = ["setpriv", f"--reuid={UID}", f"--regid={UID}", "--clear-groups"]
 LOOKUP = """
 import json, sys
-from kernelforge.runtime import dispatch
-dispatch.load_function = lambda trusted, entry, runtime: entry["name"]  # which build serves, not its code
+from kernelforge.runtime import dispatch, layer_reader
+layer_reader.load_function = lambda trusted, entry, runtime: entry["name"]  # which build serves, not its code
 coords = json.loads(sys.argv[2])
 try:
     fn, cand = dispatch.DispatchTable(sys.argv[1]).resolve("rmsnorm_quantize", coords, (9, 0), 4096, 16, 256, 8192,
