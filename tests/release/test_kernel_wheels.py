@@ -409,9 +409,10 @@ def test_plugin_kernels_ship_in_their_own_wheel(plugin_cache: tuple[Path, Path],
         # in the built-in wheel, the plugin op's in the plugin's.
         tables = [[sorted(e["variant"]["axes"]["sources"]) for e in c["index"] if e["kind"] == "tuning"]
                   for c in (builtin, plugin)]
-        assert tables == [[["quantize", "rmsnorm_quantize"]], [[OP]]]
+        committed = len(list((REPO / "kernelforge" / "data" / "tuning").glob("*.json")))  # one per measured card
+        assert tables == [[["quantize", "rmsnorm_quantize"]] * committed, [[OP]]]
         assert (builtin["manifest"]["entries"], plugin["manifest"]["entries"]) == (
-            {"kernel": 2, "runtime": 1, "tuning": 1}, {"kernel": 2, "runtime": 1, "tuning": 1})
+            {"kernel": 2, "runtime": 1, "tuning": committed}, {"kernel": 2, "runtime": 1, "tuning": 1})
         runtimes = [{e["key"] for e in c["index"] if e["kind"] == "runtime"} for c in (builtin, plugin)]
         assert runtimes[0] == runtimes[1] and len(runtimes[0]) == 1  # each wheel carries what it links
 
