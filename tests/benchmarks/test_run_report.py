@@ -1,7 +1,7 @@
 """benchmarks/run.py without a GPU: the targets table, the markdown report and `--plots-from`.
 
-The fixture is a made-up but plausible run (numbers in the range of the H100 runs in
-benchmarks/RESULTS.md), with some targets met and some missed; each check is also flipped by
+The fixture is a made-up but plausible run (numbers in the range of the H100 figures in
+docs/performance.md), with some targets met and some missed; each check is also flipped by
 changing one number.
 """
 from __future__ import annotations
