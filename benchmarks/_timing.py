@@ -112,3 +112,19 @@ def host_us(f, *, n: int = 200, loops: int = 50) -> float:
         best = min(best, (time.perf_counter() - t) / n * 1e6)
         torch.cuda.synchronize()
     return best
+
+
+def eager_event_us(fn, xs: list, calls: int = 21) -> float:
+    """Median GPU-clock time of one eager call `fn(x)` on an idle queue, between CUDA events
+    recorded right before and after it: the host's launch path (the GPU waits for it) plus the
+    kernel. Against the graph-replayed time of the same call it gives the eager call's host cost."""
+    times = []
+    for i in range(calls):
+        torch.cuda.synchronize()
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        fn(xs[i % len(xs)])
+        end.record()
+        end.synchronize()
+        times.append(start.elapsed_time(end) * 1e3)
+    return sorted(times)[len(times) // 2]

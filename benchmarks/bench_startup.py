@@ -195,6 +195,22 @@ def run(runs: int, importtime: bool = False, progress=None) -> dict:
     return res
 
 
+def layers_vs_cache_dir(runs: int, cache_dir: str, op: str = OPS[0]) -> dict:
+    """The first call of `op` in fresh processes resolving the default layers (an installed kernel
+    wheel) and with KERNELFORGE_CACHE_DIR=`cache_dir` (a cache directory holding the same builds),
+    alternated `runs` times; the medians (ms) and their difference."""
+    env = {k: v for k, v in os.environ.items() if k != "KERNELFORGE_CACHE_DIR"}
+    samples: dict[str, list[float]] = {"layers": [], "cache_dir": []}
+    for _ in range(runs):
+        for mode, extra in (("layers", {}), ("cache_dir", {"KERNELFORGE_CACHE_DIR": cache_dir})):
+            proc = subprocess.run([sys.executable, "-c", STARTUP, op], capture_output=True, text=True,
+                                  env={**env, **extra}, cwd="/")
+            samples[mode].append(_last_json(proc, f"startup ({op}, {mode})")["first_ms"])
+    med = {mode: statistics.median(v) for mode, v in samples.items()}
+    return {"op": op, "runs": runs, "cache_dir": cache_dir, "median_ms": med,
+            "layers_minus_cache_dir_ms": med["layers"] - med["cache_dir"], "samples": samples}
+
+
 def report(res: dict) -> str:
     med = res["median"]
     ok = lambda v, limit: "yes" if v <= limit else "NO"  # noqa: E731

@@ -17,7 +17,7 @@ from pathlib import Path
 import torch
 
 import kernelforge
-from _timing import ROUNDS, copy_bandwidth, graph_us, io_bytes, rotating_inputs
+from _timing import ROUNDS, copy_bandwidth, eager_event_us, graph_us, io_bytes, rotating_inputs
 from kernelforge.families.quantize_columnwise.op import hadamard_columns
 from kernelforge.families.quantize_columnwise.reference import rht_matrix
 
@@ -179,11 +179,14 @@ def grouped_rows(copy_gbs: float, experts=EXPERTS, offsets=OFFSETS, cases=CASES)
             out = kernelforge.quantize_grouped(xs[0], offs, fmt, **a)
             bounds = [0, *ends.tolist()]
             one = timed(lambda x: kernelforge.quantize_grouped(x, offs, fmt, out=out, **a), xs)
+            # One eager call with out= given, event-timed on an idle queue: its host cost over `one`.
+            eager = eager_event_us(lambda x: kernelforge.quantize_grouped(x, offs, fmt, out=out, **a), xs)
             outs = [kernelforge.quantize(xs[0][bounds[i]:bounds[i + 1]], fmt, layout="swizzled", **a) for i in range(g)]
             loop = timed(lambda x: [kernelforge.quantize(x[bounds[i]:bounds[i + 1]], fmt, layout="swizzled",
                                                          out=outs[i], **a) for i in range(g)], xs, calls=loop_calls(g))
             rows.append(grouped_row("offsets", fmt, f"{t}x{k} G={g}", one, loop, io_bytes(xs[0], offs, out), copy_gbs,
-                                    mode=mode, layout="swizzled", T=t, K=k, G=g))
+                                    mode=mode, layout="swizzled", T=t, K=k, G=g, eager_us=eager,
+                                    eager_over_graph_us=eager - one))
             del xs
     return rows
 
