@@ -300,7 +300,7 @@ def hopper_targets(res: dict, table_devices: set[str] | None = None) -> list[dic
     device = res.get("device") or ""
     card = card_of(device)
     pct = HOPPER_PCT.get(card or "", HOPPER_PCT["H100"])
-    big = lambda rows, m="M": [r for r in rows if (r.get(m) or 0) >= HOPPER_MIN_M]  # noqa: E731
+    big = lambda rows: [r for r in rows if r["M"] >= HOPPER_MIN_M]  # noqa: E731
     q, dual, rht, fused = (res.get(k) or [] for k in ("quantize", "dual", "rht", "fused"))
     off = [r for r in res.get("grouped") or [] if r.get("kind") == "offsets"]
     out = [

@@ -370,13 +370,11 @@ def test_issue_33_share_of_copy_counts_every_cell_at_m_4096_and_above():
     t = _hopper(run.hopper_targets(res, table_devices=set()), "quantize", "M >= 4096")
     want = [r for r in res["quantize"] if r["M"] >= 4096]
     assert t["cells"] == len(want) and t["value"] == pytest.approx(min(r["pct_copy"] for r in want))
-    best = max(r["pct_copy"] for r in want)
     for r in want:
         r["pct_copy"] = 90.0
     assert _hopper(run.hopper_targets(res, table_devices=set()), "quantize", "M >= 4096")["met"] is True
     want[0]["pct_copy"] = 89.9
     assert _hopper(run.hopper_targets(res, table_devices=set()), "quantize", "M >= 4096")["met"] is False
-    assert best > 0
 
 
 def test_issue_33_rows_this_command_does_not_measure_are_not_met():
