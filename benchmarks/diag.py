@@ -12,6 +12,7 @@ alloc            host cost of the ways an allocating op can make its outputs
 ones             the ways to make the [1.0] NVFP4 global-scale stand-in, in a fresh process
 dual-unswizzle   linear scales of the columnwise op: direct kernel against the staged path
 wheel-signature  the cost of checking an installed kernel wheel's signature (device/node_check.sh)
+eager-split      an eager call's time split into host path, launch and kernel (plain and grouped)
 
 Fresh-process subcommands set up like `bench_startup.py` (torch imported, CUDA tensors made) and
 print each child's figures, then the medians. Import kernelforge from compiled bytecode (`python
@@ -629,13 +630,92 @@ def wheel_signature(args: argparse.Namespace) -> None:
         print(f"{name:9} median of {len(rows)}: " + ", ".join(f"{k} {v:.2f}" for k, v in med.items()))
 
 
+# --- eager-split ------------------------------------------------------------------------------------
+
+EAGER_CASES = (("quantize", "mxfp8", 0), ("quantize", "nvfp4", 0), ("grouped", "mxfp8", 8), ("grouped", "mxfp8", 64),
+               ("grouped", "mxfp8", 1024), ("grouped", "nvfp4", 8), ("grouped", "nvfp4", 1024))
+
+
+def eager_split(args: argparse.Namespace) -> None:
+    """Where an eager call's time goes, for plain quantize and quantize_grouped (16384x7168 bf16,
+    out= given), us: `host` the Python call's own time (calls queued back to back, `host_us`),
+    `direct` the loaded kernel function's alone (the TVM-FFI call and launch),
+    `eager` one call event-timed on an idle queue (what run.py's grouped rows report), `graph1`
+    one replay of a graph of that one call event-timed on an idle queue (launch + kernel, no host
+    path), `b2b` the per-call time of back-to-back graph replays (run.py's kernel time),
+    `kernel` the kernel's own duration in the profiler. eager - graph1 is the host path the GPU
+    waits for; graph1 - b2b the launch and the overlap back-to-back calls get. Then the top
+    functions of a cProfile of the eager calls, by own time."""
+    import cProfile
+    import io
+    import pstats
+
+    import torch
+
+    import kernelforge
+    from _timing import eager_event_us, graph_us, host_us, rotating_inputs
+
+    t, k = args.t, args.k
+    xs = rotating_inputs(t, k)
+    gen = torch.Generator().manual_seed(0)
+    for op, fmt, g in EAGER_CASES:
+        a = {} if fmt == "nvfp4" else {"scale_mode": "floor"}
+        if op == "quantize":
+            out = kernelforge.quantize(xs[0], fmt, layout="swizzled", **a)
+
+            def call(x, out=out, fmt=fmt, a=a):
+                return kernelforge.quantize(x, fmt, layout="swizzled", out=out, **a)
+        else:
+            sizes = torch.multinomial(torch.ones(g), t, replacement=True, generator=gen).bincount(minlength=g)
+            offs = sizes.cumsum(0).to(torch.int32).cuda()
+            out = kernelforge.quantize_grouped(xs[0], offs, fmt, **a)
+
+            def call(x, out=out, offs=offs, fmt=fmt, a=a):
+                return kernelforge.quantize_grouped(x, offs, fmt, out=out, **a)
+        it = iter(range(10**9))
+        b2b = graph_us(lambda: call(xs[next(it) % len(xs)]))
+        gr = torch.cuda.CUDAGraph()
+        call(xs[0])
+        torch.cuda.synchronize()
+        with torch.cuda.graph(gr):
+            call(xs[0])
+        graph1 = eager_event_us(lambda _x: gr.replay(), xs)
+        eager = eager_event_us(call, xs)
+        host = host_us(lambda: call(xs[0]), n=10, loops=20)
+        # the loaded kernel function alone (TVM-FFI call + launch), from the out= fast path's memo
+        from kernelforge.ops import fast_path
+
+        hit = next(h for k, h in fast_path.fast_calls.items() if k[0] == ("quantize_grouped" if g else "quantize")
+                   and k[1] == xs[0].shape and h.out_spans)
+        args = (xs[0], out[0], out[1], hit.arg) if not g else (xs[0], offs, *out, hit.arg)
+        direct = host_us(lambda: hit.fn(*args), n=10, loops=20)
+        with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
+            for x in xs[:4]:
+                call(x)
+            torch.cuda.synchronize()
+        kern = [e.device_time_total / 4 for e in prof.key_averages() if e.device_time_total > 0]
+        name = f"{op} {fmt}" + (f" G={g}" if g else "")
+        print(f"{name:24s} host {host:7.1f}  direct {direct:6.1f}  eager {eager:7.1f}  graph1 {graph1:7.1f}  "
+              f"b2b {b2b:7.1f}  "
+              f"kernel {' + '.join(f'{x:.1f}' for x in kern)}")
+        pr = cProfile.Profile()
+        pr.enable()
+        for _ in range(20):
+            call(xs[0])
+        pr.disable()
+        torch.cuda.synchronize()
+        buf = io.StringIO()
+        pstats.Stats(pr, stream=buf).sort_stats("tottime").print_stats(args.top)
+        print("\n".join(line for line in buf.getvalue().splitlines() if line.strip()[:1].isdigit()))
+
+
 # --- command line -----------------------------------------------------------------------------------
 
 def parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog="diag.py", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = ap.add_subparsers(dest="command", required=True, metavar="SUBCOMMAND")
-    summary = dict(line.split(None, 1) for line in __doc__.splitlines()[4:14])
+    summary = dict(line.split(None, 1) for line in __doc__.splitlines()[4:15])
 
     def add(name: str, fn) -> argparse.ArgumentParser:
         p = sub.add_parser(name, help=summary[name], description=fn.__doc__)
@@ -668,6 +748,10 @@ def parser() -> argparse.ArgumentParser:
     p = add("wheel-signature", wheel_signature)
     p.add_argument("--site", required=True, help="the site dir the kernel wheel is installed in")
     p.add_argument("--runs", type=int, default=10)
+    p = add("eager-split", eager_split)
+    p.add_argument("--t", type=int, default=16384)
+    p.add_argument("--k", type=int, default=7168)
+    p.add_argument("--top", type=int, default=8)
     return ap
 
 

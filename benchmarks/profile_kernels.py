@@ -5,8 +5,9 @@
         PYTHONPATH=. python benchmarks/profile_kernels.py dual:nvfp4:16384:8192 rmsnorm:nvfp4:16384:1536
 
 Each case is `kind:format:M:K` with kind one of row, col, dual, rht (`quantize_nvfp4_rht`, both
-outputs; format nvfp4), rmsnorm, or `grouped:format:T:K:G` (T rows in G random uneven groups,
-`quantize_grouped`); inputs are random bf16, scales swizzled unless the case ends in `@linear`.
+outputs; format nvfp4), rmsnorm, addrms (`add_rmsnorm_quantize`), or `grouped:format:T:K:G` (T rows
+in G random uneven groups, `quantize_grouped`); inputs are random bf16, scales swizzled unless the
+case ends in `@linear`.
 Warm-up calls run outside the ranges, so only the measured launch is profiled.
 """
 from __future__ import annotations
@@ -37,6 +38,9 @@ def case_fn(spec: str):
     if kind == "rmsnorm":
         w = torch.randn(int(k), device="cuda", dtype=torch.bfloat16)
         return lambda: kernelforge.rmsnorm_quantize(x, w, fmt, **a)
+    if kind == "addrms":  # residual updated in place, as the op does
+        w, r = torch.randn(int(k), device="cuda", dtype=torch.bfloat16), torch.randn_like(x)
+        return lambda: kernelforge.add_rmsnorm_quantize(x, r, w, fmt, **a)
     opts = {"row": {}, "col": {"rowwise": False, "columnwise": True}, "dual": {"columnwise": True}}[kind]
     return lambda: kernelforge.quantize(x, fmt, **opts, **a)
 

@@ -35,6 +35,7 @@ import traceback
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))  # the sibling benchmark modules, also when this file is imported by path
 DEFAULT_OUT = HERE / "results" / "current"
 EMBED_DIR = "results/current"  # the PNGs' folder as the report links them, relative to benchmarks/
 LAYOUTS = ("linear", "swizzled")
@@ -521,6 +522,9 @@ def markdown(res: dict, plots: list[str], embed_dir: str = EMBED_DIR) -> str:
     for t in hopper:
         lines.append(f"| {t['target']} | {_measured(t)} | {t['cells_met']} of {t['cells']} | "
                      f"{'yes' if t['met'] else '**no**'} |")
+    import evidence
+
+    lines += evidence.markdown(res.get("evidence") or [], res.get("device") or "?")
     lines.append("")
 
     st = res.get("startup") or {}
@@ -658,6 +662,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--plots-from", type=Path, metavar="JSON",
                     help="no measurement: redraw the plots and the report from a saved run's JSON (no GPU needed)")
     ap.add_argument("--only", nargs="+", choices=SECTIONS, default=list(SECTIONS), help="measure these sections only")
+    ap.add_argument("--no-evidence", dest="evidence", action="store_false",
+                    help="skip profiling the worst cell of each missed kernel target with Nsight Compute")
     ap.add_argument("--startup-cache-dir", default=None, metavar="DIR",
                     help="also time the first call with KERNELFORGE_CACHE_DIR=DIR against the default layers "
                          "(e.g. a copy of the installed kernel wheel's cache): issue 33's wheel-vs-directory row")
@@ -684,6 +690,12 @@ def main(argv: list[str] | None = None) -> int:
                       args.budget_s, args.startup_cache_dir)
     res["targets"] = targets(res)
     res["hopper_targets"] = hopper_targets(res)
+    if not args.plots_from and args.evidence:
+        import evidence
+
+        card = card_of(res.get("device") or "")
+        log("evidence: profiling the worst cell of each missed kernel target with Nsight Compute")
+        res["evidence"] = evidence.evidence_rows(res, HOPPER_PCT.get(card or "", HOPPER_PCT["H100"]), HOPPER_MIN_M)
     if not args.plots_from:
         json_path.write_text(json.dumps(res, indent=1))
     plots = write_plots(res, args.out_dir)

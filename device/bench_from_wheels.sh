@@ -6,15 +6,7 @@
 # Writes $OUT/run.json, $OUT/run.log, $OUT/results/ (plots + run-<date>-<device>.md).
 # KF_BENCH_ARGS adds run.py flags (e.g. --quick, --only quantize dual). Exit code: run.py's.
 set -uo pipefail
-REPO="$(cd "$(dirname "$0")/.." && pwd)"
-OUT="${OUT:-/tmp/kf-out}"; mkdir -p "$OUT"
-SITE=/tmp/kf-site
-rm -rf "$SITE"
-python3 -m pip install -q --no-index --no-deps --no-cache-dir --target "$SITE" \
-  "$REPO"/.carry/deps/*.whl "$REPO"/.carry/dist/*.whl || exit 3
-cd /tmp
-export PYTHONPATH="$SITE" PYTHONUNBUFFERED=1 KERNELFORGE_TRUSTED_KEYS="$REPO/.carry/keys/release.pub"
-unset KERNELFORGE_CACHE_DIR KERNELFORGE_ALLOW_UNSIGNED
+source "$(dirname "$0")/wheel_node.sh"
 # The same builds as a plain cache directory, for the first call from a wheel against a directory.
 rm -rf /tmp/kf-cachedir && cp -r "$SITE"/kernelforge_kernels_sm90a/cache /tmp/kf-cachedir
 python3 "$REPO/benchmarks/run.py" --out-dir "$OUT/results" --json "$OUT/run.json" \

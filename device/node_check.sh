@@ -7,15 +7,7 @@
 # own kernel wheel, and the cost of the wheel signature check. Logs go to $OUT.
 #   here: see docs/release.md (build, sign, package), then copy the wheels into .carry/
 set -uo pipefail
-REPO="$(cd "$(dirname "$0")/.." && pwd)"
-OUT="${OUT:-/tmp/kf-out}"; mkdir -p "$OUT"
-SITE=/tmp/kf-site
-rm -rf "$SITE"
-python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target "$SITE" \
-  "$REPO"/.carry/deps/*.whl "$REPO"/.carry/dist/*.whl || exit 3
-cd /tmp                      # the installed packages, never the checkout
-export PYTHONPATH="$SITE" PYTHONUNBUFFERED=1 KERNELFORGE_TRUSTED_KEYS="$REPO/.carry/keys/release.pub"
-unset KERNELFORGE_CACHE_DIR KERNELFORGE_ALLOW_UNSIGNED
+source "$(dirname "$0")/wheel_node.sh"
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
 python3 -m kernelforge --version
 python3 -m kernelforge cache verify 2>&1 | tee "$OUT/verify.log" | grep -v "^PROBLEM" | tail -8

@@ -28,7 +28,7 @@ def set_cache_root(path: Optional[str | os.PathLike]) -> Path:
     """Use the cache at `path` alone (None: re-resolve: $KERNELFORGE_CACHE_DIR alone, else the
     checkout's or user's cache followed by the installed kernel wheels). Returns the first root."""
     global _table
-    layers = resolve_layers(path)
+    layers = resolve_layers(path, remember=True)
     _table = DispatchTable(layers=layers)
     fast_path.fast_calls.clear()
     return layers[0].root

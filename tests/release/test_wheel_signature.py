@@ -131,3 +131,99 @@ def test_the_cli_shows_the_signer_and_refuses_in_one_line(built, tmp_path, monke
     (package / "SIGNATURE.json").unlink()
     r = CliRunner().invoke(app, ["cache", "verify"], env={"COLUMNS": "300"})
     assert r.exit_code == 1 and "unsigned" in r.output and "Traceback" not in r.output, r.output
+
+
+# --- the verified-signature markers of the writable cache layer ----------------------------------
+
+def _layer_with_memo(package: Path, memo_root: Path):
+    from kernelforge.cache.read.layers import wheel_layers
+
+    [layer] = [x for x in wheel_layers(memo_root) if x.root.parent == package]
+    return layer
+
+
+def _marker(package: Path, memo_root: Path) -> Path:
+    from kernelforge.cache.read.wheel_signature import VERIFIED_DIR
+
+    digest = hashlib.sha256((package / "SIGNATURE.json").read_bytes()).hexdigest()
+    return memo_root / "v1" / VERIFIED_DIR / digest
+
+
+def test_a_verified_signature_is_remembered_and_a_fresh_process_skips_cryptography(
+        built, tmp_path, monkeypatch, keys) -> None:
+    import os
+    import subprocess
+    import sys
+
+    release, _ = keys
+    package = _installed(built, tmp_path, monkeypatch, release)
+    memo = tmp_path / "user-cache"
+    assert _layer_with_memo(package, memo).signer == release.public.key_id
+    assert _marker(package, memo).is_file()
+    # resolve_layers keeps its markers in the writable layer's root
+    from kernelforge.cache.read import layers
+
+    monkeypatch.setattr(layers, "resolve_cache_root", lambda _value=None: (tmp_path / "writable", "user"))
+    assert [x.refused for x in layers.resolve_layers() if x.root.parent == package] == [None]
+    assert not (tmp_path / "writable").exists()  # reports (ls, explain, verify) write nothing
+    assert [x.refused for x in layers.resolve_layers(remember=True) if x.root.parent == package] == [None]
+    assert _marker(package, tmp_path / "writable").is_file()
+    # Two fresh processes on a new marker store: the first verifies (importing cryptography),
+    # the second trusts the marker the first left.
+    memo2 = tmp_path / "user-cache-2"
+    code = ("import sys; from pathlib import Path; from kernelforge.cache.read.layers import wheel_layers; "
+            f"[x] = [x for x in wheel_layers(Path({str(memo2)!r})) if x.root.parent == Path({str(package)!r})]; "
+            "print(x.refused, x.signer, 'cryptography' in sys.modules)")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(package.parent), *sys.path])}
+    first, second = (subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env,
+                                    cwd=tmp_path) for _ in range(2))
+    assert first.returncode == 0 and second.returncode == 0, first.stderr + second.stderr
+    assert first.stdout.split()[-3:] == ["None", release.public.key_id, "True"], first.stdout
+    assert second.stdout.split()[-3:] == ["None", release.public.key_id, "False"], second.stdout
+
+
+def test_a_marker_never_makes_an_untrusted_key_or_swapped_files_acceptable(built, tmp_path, monkeypatch,
+                                                                           keys) -> None:
+    from kernelforge.cache.read.signing import sign_statement
+
+    release, attacker = keys
+    package = _installed(built, tmp_path, monkeypatch, release)
+    memo = tmp_path / "user-cache"
+    assert _layer_with_memo(package, memo).refused is None
+    # the attacker's own valid signature of the genuine statement: remembered as verifying, and
+    # still refused for its key
+    genuine = (package / "SIGNATURE.json").read_bytes()
+    doc = json.loads(genuine)
+    (package / "SIGNATURE.json").write_bytes(sign_statement(attacker, json.loads(doc["body"])["statement"]))
+    for _ in range(2):
+        refused = _layer_with_memo(package, memo).refused
+        assert refused is not None and "not trusted" in refused, refused
+    # the genuine signature back (its marker kept), SHA256SUMS swapped: refused by the statement
+    (package / "SIGNATURE.json").write_bytes(genuine)
+    sums = package / "SHA256SUMS"
+    sums.write_text(sums.read_text().replace("0", "1", 1))
+    assert _marker(package, memo).is_file()
+    refused = _layer_with_memo(package, memo).refused
+    assert refused is not None and "SHA256SUMS is not the one" in refused, refused
+
+
+def test_a_marker_in_an_untrusted_directory_is_ignored(built, tmp_path, monkeypatch, keys) -> None:
+    release, _ = keys
+    package = _installed(built, tmp_path, monkeypatch, release)
+    # a signature that does not verify (one byte of the signature changed), with a marker planted
+    # for exactly these bytes in a group-writable directory
+    doc = json.loads((package / "SIGNATURE.json").read_text())
+    sig = bytearray(__import__("base64").b64decode(doc["signature"]))
+    sig[0] ^= 1
+    doc["signature"] = __import__("base64").b64encode(bytes(sig)).decode()
+    (package / "SIGNATURE.json").write_bytes(json.dumps(doc).encode())
+    memo = tmp_path / "shared-cache"
+    marker = _marker(package, memo)
+    marker.parent.mkdir(parents=True)
+    marker.touch()
+    marker.parent.chmod(0o777)
+    refused = _layer_with_memo(package, memo).refused
+    assert refused is not None and "does not verify" in refused, refused
+    # without any marker store the same bytes are refused the same way
+    refused = _layer(package).refused
+    assert refused is not None and "does not verify" in refused, refused

@@ -3,7 +3,8 @@
 An explicit root (`set_cache_root(DIR)`, `--cache DIR`, `$KERNELFORGE_CACHE_DIR`) is the only
 layer. Otherwise the layers are the checkout's or user's cache (the one writable layer), then
 every installed kernel wheel (`kernelforge package`), found through the entry-point group
-`kernelforge.kernels`, read-only. Every layer is a cache root of the same layout and keys.
+`kernelforge.kernels` of the installed `*-kernels-<arch>` distributions (`cache.read.installed`),
+read-only. Every layer is a cache root of the same layout and keys.
 
 A kernel wheel records the kernelforge version and the TVM-FFI ABI it was built for (a plugin's
 kernel wheel also the plugin's distribution and version). A wheel that does not match the running
@@ -15,19 +16,18 @@ Imports neither torch nor tvm_ffi (the CLI uses this on runtime-only nodes). Ver
 (a kernel wheel's files against its SHA256SUMS too) is maintenance: `cache.maintenance.verification`.
 """
 
-import importlib.metadata as md
 import importlib.util
 import json
 import os
-import re
 import warnings
 from pathlib import Path
 from typing import Any, NamedTuple
 
 from kernelforge import registry
+from kernelforge.cache.read import installed
 from kernelforge.cache.read.fsio import read_regular
 from kernelforge.cache.read.wheel_signature import signature_status
-from kernelforge.config import CACHE_ENV, entry_points, resolve_cache_root
+from kernelforge.config import CACHE_ENV, resolve_cache_root
 
 ENTRY_POINT_GROUP = "kernelforge.kernels"
 WHEEL_MANIFEST = "kernelforge_kernels.json"  # inside the wheel's package: versions and toolchain
@@ -55,21 +55,22 @@ class Layer(NamedTuple):
                 "writable": self.writable, "refused": self.refused, "signer": self.signer}
 
 
-def running_versions() -> dict[str, str]:
-    """The kernelforge version and TVM-FFI ABI (major.minor of apache-tvm-ffi) of this process."""
+def running_versions(listing: dict[str, installed.Installed] | None = None) -> dict[str, str]:
+    """The kernelforge version and TVM-FFI ABI (major.minor of apache-tvm-ffi) of this process
+    (`listing`: an `installed.installed()` already made)."""
     from kernelforge import __version__  # read at each call (the package root, set before any layer is read)
 
-    try:
-        tvm = md.version("apache-tvm-ffi")
-        abi = ".".join(tvm.split(".")[:2])
-    except md.PackageNotFoundError:
-        abi = ""
+    tvm = installed.version("apache-tvm-ffi", listing)
+    abi = ".".join(tvm.split(".")[:2]) if tvm else ""
     return {"kernelforge": __version__, "tvm_ffi_abi": abi}
 
 
-def compatibility_problem(manifest: dict[str, Any]) -> str | None:
+def compatibility_problem(manifest: dict[str, Any],
+                          listing: dict[str, installed.Installed] | None = None) -> str | None:
     """Why a kernel wheel's manifest does not match this process (one line), or None if it does."""
-    running = running_versions()
+    if listing is None:
+        listing = installed.installed()
+    running = running_versions(listing)
     problems = []
     if manifest.get("kernelforge") != running["kernelforge"]:
         problems.append(f"built for kernelforge {manifest.get('kernelforge')!s}, running {running['kernelforge']}")
@@ -77,33 +78,28 @@ def compatibility_problem(manifest: dict[str, Any]) -> str | None:
         problems.append(f"built for TVM-FFI ABI {manifest.get('tvm_ffi_abi')!s}, running {running['tvm_ffi_abi']}")
     families = manifest.get("families")  # a plugin's kernel wheel: {its distribution: version}
     for dist, version in sorted(families.items() if isinstance(families, dict) else ()):
-        installed = _plugin_version(str(dist))
-        if installed != version:
+        have = _plugin_version(str(dist), listing)
+        if have != version:
             problems.append(f"built for {dist} {version!s}, "
-                            + ("which is not installed" if installed is None else f"installed {installed}"))
+                            + ("which is not installed" if have is None else f"installed {have}"))
     return "; ".join(problems) or None
 
 
-def _plugin_version(dist: str) -> str | None:
+def _plugin_version(dist: str, listing: dict[str, installed.Installed]) -> str | None:
     """The version of the installed distribution `dist`, else of op families registered from code
     under that name (`kernelforge.registry.register`, the op-family registry below the cache); None
     if neither."""
-    try:
-        return md.version(dist)
-    except md.PackageNotFoundError:
-        pass
-
-    def canonical(name: str) -> str:  # PEP 503
-        return re.sub(r"[-_.]+", "-", name).lower()
-
-    found = {f.version for f in registry._registered.values() if canonical(f.distribution) == canonical(dist)}
+    have = installed.version(dist, listing)
+    if have is not None:
+        return have
+    name = installed.canonical(dist)
+    found = {f.version for f in registry._registered.values() if installed.canonical(f.distribution) == name}
     return found.pop() if len(found) == 1 else None
 
 
-def _wheel_layer(ep: md.EntryPoint) -> Layer | None:
-    dist = getattr(ep, "dist", None)
-    dist_label = f"{dist.metadata['Name']} {dist.version}" if dist is not None else ep.value
-    label = f"wheel {dist_label}"
+def _wheel_layer(ep: installed.KernelEntryPoint, listing: dict[str, installed.Installed],
+                 memo_root: Path | None) -> Layer | None:
+    label = f"wheel {ep.distribution} {ep.version}"
     try:
         # find_spec locates the package without running its code.
         spec = importlib.util.find_spec(ep.value)
@@ -120,21 +116,22 @@ def _wheel_layer(ep: md.EntryPoint) -> Layer | None:
             raise ValueError("not a JSON object")
     except (OSError, ValueError) as exc:
         return Layer(root, "wheel", label, False, f"its {WHEEL_MANIFEST} is unusable ({exc})")
-    problem = compatibility_problem(manifest)
+    problem = compatibility_problem(manifest, listing)
     if problem:
         problem += "; install the kernel wheel built for this kernelforge"
         return Layer(root, "wheel", label, False, problem, manifest)
-    distribution = dist.metadata["Name"] if dist is not None else str(manifest.get("distribution", ep.value))
-    problem, signer = signature_status(package, distribution)
+    problem, signer = signature_status(package, ep.distribution, memo_root)
     return Layer(root, "wheel", label, False, problem, manifest, signer)
 
 
-def wheel_layers() -> list[Layer]:
+def wheel_layers(memo_root: Path | None = None) -> list[Layer]:
     """Installed kernel wheels, in a stable order (package, then entry-point name): every entry
     point of the group, one layer per package (several kernel wheels, e.g. the built-in ops' and
-    a plugin's of one arch, are all layers)."""
-    eps = entry_points(ENTRY_POINT_GROUP)
-    layers = [_wheel_layer(ep) for ep in sorted(eps, key=lambda e: (e.value, e.name))]
+    a plugin's of one arch, are all layers). `memo_root`: the writable cache root, where the
+    signatures verified are remembered (`cache.read.wheel_signature`)."""
+    listing = installed.installed()
+    eps = installed.kernel_entry_points(ENTRY_POINT_GROUP, listing)
+    layers = [_wheel_layer(ep, listing, memo_root) for ep in sorted(eps, key=lambda e: (e.value, e.name))]
     seen: set[Path] = set()
     out = []
     for layer in layers:
@@ -144,13 +141,18 @@ def wheel_layers() -> list[Layer]:
     return out
 
 
-def resolve_layers(cli_value: str | os.PathLike[str] | None = None) -> list[Layer]:
-    """The layers in lookup order: an explicit root alone, else the user/checkout cache and the wheels."""
+def resolve_layers(cli_value: str | os.PathLike[str] | None = None, *, remember: bool = False) -> list[Layer]:
+    """The layers in lookup order: an explicit root alone, else the user/checkout cache and the wheels.
+
+    `remember` (the runtime's first call): kernel-wheel signatures verified are remembered in the
+    user/checkout cache (`cache.read.wheel_signature`), created if missing, so later processes
+    skip the check. Reports and `cache verify` leave it False: they check every signature and
+    write nothing."""
     root, source = resolve_cache_root(cli_value)
     first = Layer(root, source, source, True)
     if source in EXPLICIT_SOURCES:
         return [first]
-    return [first, *wheel_layers()]
+    return [first, *wheel_layers(root if remember else None)]
 
 
 _warned: set[Path] = set()

@@ -236,12 +236,12 @@ def sign_statement(key: SigningKey, statement: Mapping[str, Any]) -> bytes:
     return (json.dumps(doc, sort_keys=True, indent=0) + "\n").encode("utf-8")
 
 
-def _verified_body(document: bytes, trusted: TrustedKeys | None, where: str) -> dict[str, Any]:
+def _verified_body(document: bytes, trusted: TrustedKeys | None, where: str,
+                   signature_checked: bool = False) -> dict[str, Any]:
     """The body of a signature document whose signature verifies with its stated key, and (when
-    `trusted` is given) whose key is trusted; SigningError (one line) otherwise."""
-    from cryptography.exceptions import InvalidSignature
-    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
-
+    `trusted` is given) whose key is trusted; SigningError (one line) otherwise.
+    `signature_checked`: these very bytes verified before (the check is a function of the
+    document alone, which names its key), so only the key's trust is checked again."""
     try:
         doc = json.loads(document)
         body_text = doc["body"]
@@ -253,8 +253,14 @@ def _verified_body(document: bytes, trusted: TrustedKeys | None, where: str) -> 
         raise SigningError(f"{where}: not a kernelforge signature document") from None
     if not isinstance(body, dict) or PublicKey(raw).key_id != signer:
         raise SigningError(f"{where}: its key id does not match its public key")
-    if trusted is not None and signer not in trusted.keys:
+    # The whole public key must be the trusted one: an id is 64 bits of its hash.
+    if trusted is not None and (signer not in trusted.keys or trusted.keys[signer].raw != raw):
         raise SigningError(f"{where}: signed by key {signer}, which is not trusted (trusted keys: {trusted.source})")
+    if signature_checked:
+        return body
+    from cryptography.exceptions import InvalidSignature
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
+
     try:
         Ed25519PublicKey.from_public_bytes(raw).verify(signature, body_text.encode("utf-8"))
     except (InvalidSignature, ValueError):
@@ -271,9 +277,11 @@ def verify_manifest(document: bytes, trusted: TrustedKeys | None, where: str) ->
     return SignedManifest(str(body["signer"]), entries, document)
 
 
-def verify_statement(document: bytes, trusted: TrustedKeys | None, where: str) -> tuple[str, dict[str, Any]]:
-    """(signer key id, statement) of a signed statement; SigningError otherwise."""
-    body = _verified_body(document, trusted, where)
+def verify_statement(document: bytes, trusted: TrustedKeys | None, where: str,
+                     signature_checked: bool = False) -> tuple[str, dict[str, Any]]:
+    """(signer key id, statement) of a signed statement; SigningError otherwise
+    (`signature_checked`: see `_verified_body`)."""
+    body = _verified_body(document, trusted, where, signature_checked)
     statement = body.get("statement")
     if body.get("format") != "kernelforge-signed-statement" or not isinstance(statement, dict):
         raise SigningError(f"{where}: not a kernelforge signed statement")

@@ -12,9 +12,18 @@ attestations bind a wheel to its publisher the same way (https://docs.pypi.org/a
 
 A wheel without SIGNATURE.json, or signed by a key that is not trusted, is refused unless its
 distribution name matches $KERNELFORGE_ALLOW_UNSIGNED.
+
+Whether a SIGNATURE.json's signature verifies is a function of its bytes alone (it names its
+public key), so a process that verified one leaves a marker named by the document's sha256 in
+the writable cache layer (`v1/verified-signatures/`); a later process that finds the marker,
+opened under the cache's trust policy, skips the Ed25519 check and cryptography's import, and
+still checks that the key is trusted and that the statement covers the files present. Whoever
+could plant a marker could already write the cache, which is outside the threat model
+(docs/cache-and-security.md).
 """
 import hashlib
 import os
+import stat
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +33,7 @@ from kernelforge.cache.read.fsio import open_regular
 # imports this with the layers on every process's first call, with or without a kernel wheel.
 
 SIGNATURE_FILE = "SIGNATURE.json"  # in the wheel's package, next to SHA256SUMS
+VERIFIED_DIR = "verified-signatures"  # under v1/ of the writable cache root: one empty file per document
 _MANIFEST = "cache/v1/dispatch/manifest.json"
 _INDEX = "cache/v1/index.json"
 _GENERATION_PREFIX = b'{"generation": "'
@@ -48,9 +58,53 @@ def _read(path: Path, limit: int) -> bytes:
     return _read_small(path, "kernel wheel file", limit)
 
 
-def signature_status(package_dir: Path, distribution: str) -> tuple[str | None, str | None]:
+def _verified_before(memo_root: Path | None, digest: str) -> bool:
+    """Whether a trusted marker of the document `digest` is in `memo_root` (see the module
+    docstring): the cache's ownership policy on the root's ancestors, the root and every component
+    down to the marker, none a symlink. Checked with lstat alone: a descriptor opened here could
+    grow a fresh CUDA process's descriptor table, which stalls it (docs/cache-and-security.md)."""
+    if memo_root is None:
+        return False
+    from kernelforge.cache.read.trust import ownership_problem
+
+    try:
+        real = Path(os.path.realpath(memo_root))
+        for anc in real.parents:
+            if ownership_problem(os.stat(anc), ancestor=True):
+                return False
+        path = real
+        for part in ("", "v1", VERIFIED_DIR, digest):
+            path = path / part if part else path
+            st = os.lstat(path)
+            kind_ok = stat.S_ISREG(st.st_mode) if part == digest else stat.S_ISDIR(st.st_mode)
+            if not kind_ok or ownership_problem(st):
+                return False
+    except OSError:  # absent: verify again
+        return False
+    return True
+
+
+def _remember(memo_root: Path | None, digest: str) -> None:
+    """Leave the marker of a verified document; best effort (a read-only cache stays unwritten)."""
+    if memo_root is None:
+        return
+    try:
+        directory = memo_root / "v1" / VERIFIED_DIR
+        directory.mkdir(parents=True, exist_ok=True)
+        dfd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        try:
+            os.close(os.open(digest, os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o666, dir_fd=dfd))
+        finally:
+            os.close(dfd)
+    except OSError:
+        pass
+
+
+def signature_status(package_dir: Path, distribution: str,
+                     memo_root: Path | None = None) -> tuple[str | None, str | None]:
     """(why the wheel must be refused or None, the signer's key id or None if unsigned). With
-    `cache verify`'s re-hash of every file against SHA256SUMS this covers every byte of the wheel."""
+    `cache verify`'s re-hash of every file against SHA256SUMS this covers every byte of the wheel.
+    `memo_root`: the writable cache root, where verified signatures are remembered (None: none)."""
     from kernelforge.cache.read.signing import SigningError, trusted_keys, unsigned_allowed, verify_statement
 
     sig_path = package_dir / SIGNATURE_FILE
@@ -60,7 +114,12 @@ def signature_status(package_dir: Path, distribution: str) -> tuple[str | None, 
         return (f"it is unsigned (no {SIGNATURE_FILE}); install a wheel signed by a trusted key (`kernelforge "
                 f"package --sign-key`), or allow this one with KERNELFORGE_ALLOW_UNSIGNED={distribution}"), None
     try:
-        signer, st = verify_statement(_read(sig_path, 1 << 16), trusted_keys(), f"{SIGNATURE_FILE}")
+        document = _read(sig_path, 1 << 16)
+        digest = hashlib.sha256(document).hexdigest()
+        checked = _verified_before(memo_root, digest)
+        signer, st = verify_statement(document, trusted_keys(), f"{SIGNATURE_FILE}", signature_checked=checked)
+        if not checked:
+            _remember(memo_root, digest)
         if st.get("kind") != "kernelforge-kernel-wheel" or st.get("distribution") != distribution:
             raise SigningError(f"{SIGNATURE_FILE} signs distribution {st.get('distribution')!r}, not {distribution!r}")
         sums = _read(package_dir / "SHA256SUMS", 64 << 20)

@@ -332,6 +332,39 @@ def test_invalid_offsets_stay_in_bounds(bad, mode, poison):
     _same("clamped data", _bytes(out[0])[:covered], rd)
 
 
+@pytest.mark.parametrize("fmt,mode", [("mxfp8", "floor"), ("nvfp4", "none")])
+def test_out_fast_path_with_new_offsets_every_call(fmt, mode, poison, forbid_checked_path):
+    """An MoE layer's pattern: the same out buffers, new inputs and new group offsets every step.
+    After one checked call the repeats are served by the out= fast path (the checked path is
+    forbidden) and write the reference bytes; offsets the checked path refuses still reach it."""
+    f, groups, t = FORMATS[fmt], 8, 1024
+    xs = [_random(t, 256, dtype=torch.bfloat16) for _ in range(2)]
+    d_shape, s_shape = grouped_shapes(f, t, 256, groups)
+    out = _outs(d_shape, s_shape, fmt, poison, groups)
+
+    def ends() -> torch.Tensor:
+        return torch.multinomial(torch.ones(groups), t, replacement=True).bincount(minlength=groups).cuda().cumsum(
+            0).to(torch.int32)
+
+    kernelforge.quantize_grouped(xs[0], ends(), fmt, out=out, **_mode_kw(mode))  # checked: remembered
+    for step in range(4):
+        x, e = xs[step % 2], ends()
+        for o in out:
+            poison(o)
+        with forbid_checked_path():
+            got = kernelforge.quantize_grouped(x, e, fmt, out=out, **_mode_kw(mode))
+        assert all(a is b for a, b in zip(got, out))
+        rd, rs, ro = quantize_grouped_ref(x, e, fmt, scale_mode=_ref_mode(mode))
+        name = f"fast path step {step} {fmt}"
+        _same(name + " scale_offsets", out[2], ro)
+        _same(name + " scale", _bytes(out[1]), rs)
+        _same(name + " data", _bytes(out[0]), rd)
+    with pytest.raises(ValueError, match="group_offsets: expected dtype torch.int32"):
+        kernelforge.quantize_grouped(xs[0], ends().long(), fmt, out=out, **_mode_kw(mode))
+    with pytest.raises(ValueError, match="must not overlap group_offsets"):
+        kernelforge.quantize_grouped(xs[0], out[2], fmt, out=out, **_mode_kw(mode))
+
+
 def test_eager_call_never_synchronizes():
     """An eager quantize_grouped call returns while earlier work on its stream still runs: the
     offsets are not read on the host (a read would wait for the spin kernel queued before)."""

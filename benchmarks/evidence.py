@@ -1,0 +1,153 @@
+"""Why a kernel target is missed, measured: the worst cell of each missed kernel target of issue 33
+profiled once with Nsight Compute (`ncu`): its GPU time, DRAM throughput, achieved and theoretical
+occupancy, registers per thread, instructions executed per element and the three largest warp
+stall reasons (warps stalled per issued instruction), so the report shows whether a kernel is
+bound by memory, by instructions or by latency.
+
+The cells are launched by `profile_kernels.py` (one launch per case inside an NVTX range) under one
+`ncu` process; `run.py` calls `evidence_rows` after its targets when `ncu` is on the PATH.
+"""
+from __future__ import annotations
+
+import csv
+import io
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+
+STALLS = ("long_scoreboard", "lg_throttle", "math_pipe_throttle", "wait", "not_selected", "selected",
+          "short_scoreboard", "mio_throttle", "barrier", "dispatch_stall", "drain", "no_instruction",
+          "imc_miss", "membar", "branch_resolving", "tex_throttle", "sleeping", "misc")
+STALL_METRIC = "smsp__average_warps_issue_stalled_{}_per_issue_active.ratio"
+METRICS = {
+    "gpu__time_duration.sum": "time",
+    "dram__throughput.avg.pct_of_peak_sustained_elapsed": "dram_pct",
+    "sm__warps_active.avg.pct_of_peak_sustained_active": "achieved_occupancy_pct",
+    "sm__maximum_warps_per_active_cycle_pct": "theoretical_occupancy_pct",
+    "launch__registers_per_thread": "registers",
+    "smsp__thread_inst_executed.sum": "thread_instructions",
+    **{STALL_METRIC.format(s): f"stall_{s}" for s in STALLS},
+}
+
+
+def _worst(rows: list[dict], value, below: float) -> dict | None:
+    """The row with the smallest `value` if it is below `below` (a missed >= target), else None."""
+    rows = [r for r in rows if value(r) is not None]
+    if not rows:
+        return None
+    row = min(rows, key=value)
+    return row if value(row) < below else None
+
+
+def cases(res: dict, pct: float, min_m: int) -> list[tuple[str, str, int]]:
+    """(target, profile_kernels.py case, elements) of the worst cell of each missed kernel target."""
+    big = lambda rows: [r for r in rows or [] if r.get("M", 0) >= min_m]  # noqa: E731
+    out = []
+    r = _worst(big(res.get("quantize")), lambda r: r["pct_copy"], pct)
+    if r:
+        out.append(("quantize", f"row:{r['format']}:{r['M']}:{r['K']}@{r['layout']}", r["M"] * r["K"]))
+    r = _worst(big(res.get("dual")), lambda r: r["pct_copy"], pct)
+    if r:
+        out.append(("dual", f"dual:{r['format']}:{r['M']}:{r['K']}@{r['layout']}", r["M"] * r["K"]))
+    r = _worst(big(res.get("dual")), lambda r: r.get("columnwise_pct_copy"), pct)
+    if r:
+        out.append(("columnwise", f"col:{r['format']}:{r['M']}:{r['K']}@{r['layout']}", r["M"] * r["K"]))
+    r = _worst([x for x in big(res.get("rht")) if x.get("outputs") == "both"], lambda r: r["pct_copy"], pct)
+    if r:
+        out.append(("rht", f"rht:nvfp4:{r['M']}:{r['K']}@{r['layout']}", r["M"] * r["K"]))
+    for op, kind in (("rmsnorm", "rmsnorm"), ("add_rmsnorm", "addrms")):
+        r = _worst([x for x in big(res.get("fused")) if x["op"] == op], lambda r: r.get("pct_copy"), pct)
+        if r:
+            out.append((op, f"{kind}:{r['format']}:{r['M']}:{r['H']}@{r.get('layout') or 'swizzled'}",
+                        r["M"] * r["H"]))
+    off = [r for r in res.get("grouped") or [] if r.get("kind") == "offsets"]
+    r = _worst([x for x in off if x["G"] <= 64], lambda r: r["pct_copy"], pct)
+    if r:
+        out.append(("grouped G<=64", f"grouped:{r['format']}:{r['T']}:{r['K']}:{r['G']}", r["T"] * r["K"]))
+    big_g = [x for x in off if x["G"] == 1024]
+    if big_g:
+        r = min(big_g, key=lambda r: r["pct_copy"])
+        out.append(("grouped G=1024", f"grouped:{r['format']}:{r['T']}:{r['K']}:{r['G']}", r["T"] * r["K"]))
+    return out
+
+
+def ncu_path() -> str | None:
+    return shutil.which("ncu") or next((p for p in ("/usr/local/cuda/bin/ncu", "/opt/nvidia/nsight-compute/ncu")
+                                        if os.access(p, os.X_OK)), None)
+
+
+def profile(specs: list[str], ncu: str, timeout: float = 300.0) -> list[dict[str, float]]:
+    """One dict of METRICS values (by short name) per case, in the order of `specs`."""
+    cmd = [ncu, "--clock-control", "none", "--nvtx", "--nvtx-include", "kf/", "--csv",
+           "--metrics", ",".join(METRICS), sys.executable, str(HERE / "profile_kernels.py"), *specs]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
+    rows = [r for r in csv.reader(io.StringIO(proc.stdout)) if len(r) > 10]
+    if not rows:
+        raise RuntimeError(f"ncu produced no metrics (exit {proc.returncode}): {(proc.stdout + proc.stderr)[-600:]}")
+    head = rows[0]
+    iid, imetric, ivalue, iunit = (head.index(k) for k in ("ID", "Metric Name", "Metric Value", "Metric Unit"))
+    by_id: dict[str, dict[str, float]] = {}
+    for r in rows[1:]:
+        name = METRICS.get(r[imetric])
+        if name is None:
+            continue
+        value = float(r[ivalue].replace(",", "") or "nan")
+        if name == "time":  # ncu reports it in the unit it picks
+            value *= {"nsecond": 1e-3, "usecond": 1.0, "msecond": 1e3, "second": 1e6}.get(r[iunit], 1.0)
+        by_id.setdefault(r[iid], {})[name] = value
+    return [by_id[k] for k in sorted(by_id, key=int)]
+
+
+def evidence_rows(res: dict, pct: float, min_m: int) -> list[dict]:
+    """The evidence table's rows (empty when every kernel target is met); a row with `error`
+    where ncu is missing or fails."""
+    todo = cases(res, pct, min_m)
+    if not todo:
+        return []
+    ncu = ncu_path()
+    if ncu is None:
+        return [{"target": t, "case": c, "error": "ncu not found"} for t, c, _ in todo]
+    try:
+        metrics = profile([c for _, c, _ in todo], ncu)
+    except (RuntimeError, subprocess.TimeoutExpired, OSError) as exc:
+        return [{"target": t, "case": c, "error": str(exc)[:300]} for t, c, _ in todo]
+    out = []
+    for (target, case, elements), m in zip(todo, metrics):
+        stalls = sorted(((k[len("stall_"):], v) for k, v in m.items() if k.startswith("stall_")),
+                        key=lambda kv: -kv[1])[:3]
+        out.append({"target": target, "case": case, "us": m.get("time"), "dram_pct": m.get("dram_pct"),
+                    "achieved_occupancy_pct": m.get("achieved_occupancy_pct"),
+                    "theoretical_occupancy_pct": m.get("theoretical_occupancy_pct"),
+                    "registers": m.get("registers"),
+                    "instructions_per_element": (m["thread_instructions"] / elements
+                                                 if m.get("thread_instructions") else None),
+                    "top_stalls": stalls})
+    return out
+
+
+def markdown(rows: list[dict], device: str) -> list[str]:
+    """The report's evidence section (nothing when no kernel target is missed)."""
+    if not rows:
+        return []
+    lines = ["", f"### Why the missed kernel targets miss ({device}, Nsight Compute, worst cell of each)", "",
+             "| target | case | us | DRAM % of peak | achieved / theoretical occupancy % | registers "
+             "| thread instructions per element | top stalls (warps per issued instruction) |",
+             "|---|---|---:|---:|---:|---:|---:|---|"]
+    for r in rows:
+        if r.get("error"):
+            lines.append(f"| {r['target']} | `{r['case']}` | | | | | | not profiled: {r['error']} |")
+            continue
+
+        def f(v, fmt="{:.1f}"):
+            return "" if v is None else fmt.format(v)
+
+        stalls = ", ".join(f"{name} {v:.2f}" for name, v in r["top_stalls"])
+        lines.append(f"| {r['target']} | `{r['case']}` | {f(r['us'])} | {f(r['dram_pct'])} | "
+                     f"{f(r['achieved_occupancy_pct'])} / {f(r['theoretical_occupancy_pct'])} | "
+                     f"{f(r['registers'], '{:.0f}')} | "
+                     f"{f(r['instructions_per_element'], '{:.2f}')} | {stalls} |")
+    return lines

@@ -1,0 +1,63 @@
+"""benchmarks/evidence.py without a GPU: which cells a run's missed kernel targets send to Nsight
+Compute, and how ncu's CSV becomes the report's evidence rows (a stand-in `ncu` on PATH prints
+CSV in ncu's own layout for the cases it is given)."""
+from __future__ import annotations
+
+import json
+import os
+import stat
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(REPO / "benchmarks"))
+
+import evidence  # noqa: E402
+
+RUN = json.loads((REPO / "benchmarks/results/current/h100-run-33.json").read_text())
+
+
+def test_the_worst_cell_of_each_missed_kernel_target_is_profiled() -> None:
+    picked = {t: c for t, c, _ in evidence.cases(RUN, 90.0, 4096)}
+    assert "quantize" not in picked  # every quantize cell >= 90% in that run
+    dual = min((r for r in RUN["dual"] if r["M"] >= 4096), key=lambda r: r["pct_copy"])
+    assert picked["dual"] == f"dual:{dual['format']}:{dual['M']}:{dual['K']}@{dual['layout']}"
+    assert picked["grouped G=1024"].startswith("grouped:") and picked["grouped G=1024"].endswith(":1024")
+    assert set(picked) >= {"dual", "columnwise", "rht", "rmsnorm", "add_rmsnorm"}
+    # at a threshold every cell meets, only the G=1024 ratio target (always profiled) remains
+    assert [t for t, _, _ in evidence.cases(RUN, 10.0, 4096)] == ["grouped G=1024"]
+
+
+def test_ncu_csv_becomes_evidence_rows(tmp_path, monkeypatch) -> None:
+    metrics = list(evidence.METRICS)
+    fake = tmp_path / "ncu"
+    # Prints, for each profile_kernels case given after the script, one ncu CSV row per metric.
+    fake.write_text(f"""#!{sys.executable}
+import sys
+cases = sys.argv[sys.argv.index({str(REPO / 'benchmarks' / 'profile_kernels.py')!r}) + 1:]
+metrics = {metrics!r}
+print('==PROF== Connected to process')
+print('"ID","Process ID","Kernel Name","Context","Stream","Block Size","Grid Size","Device","CC","Section Name","Metric Name","Metric Unit","Metric Value"')
+for i, case in enumerate(cases):
+    for j, m in enumerate(metrics):
+        unit, value = ("usecond", "12.5") if m == "gpu__time_duration.sum" else ("", str(j + 1))
+        if "long_scoreboard" in m:
+            value = "99"
+        print(f'"{{i}}","1","kernel_{{i}}","1","7","(256, 1, 1)","(132, 1, 1)","0","9.0","Command line profiler metrics","{{m}}","{{unit}}","{{value}}"')
+""")
+    fake.chmod(fake.stat().st_mode | stat.S_IEXEC)
+    monkeypatch.setenv("PATH", f"{tmp_path}{os.pathsep}{os.environ['PATH']}")
+    rows = evidence.evidence_rows(RUN, 90.0, 4096)
+    assert len(rows) == len(evidence.cases(RUN, 90.0, 4096)) >= 5
+    for r in rows:
+        assert r["us"] == 12.5 and r["registers"] == metrics.index("launch__registers_per_thread") + 1
+        assert r["top_stalls"][0] == ("long_scoreboard", 99.0)
+    md = "\n".join(evidence.markdown(rows, "NVIDIA H100 80GB HBM3"))
+    assert "long_scoreboard 99.00" in md and md.count("\n| ") == len(rows) + 1
+
+
+def test_without_ncu_each_row_says_so(monkeypatch, tmp_path) -> None:
+    monkeypatch.setattr(evidence, "ncu_path", lambda: None)
+    rows = evidence.evidence_rows(RUN, 90.0, 4096)
+    assert rows and all(r["error"] == "ncu not found" for r in rows)
+    assert "not profiled: ncu not found" in "\n".join(evidence.markdown(rows, "x"))
