@@ -686,7 +686,7 @@ def eager_split(args: argparse.Namespace) -> None:
         from kernelforge.ops import fast_path
 
         hit = next(h for k, h in fast_path.fast_calls.items() if k[0] == ("quantize_grouped" if g else "quantize")
-                   and k[1] == xs[0].shape and h.out_spans)
+                   and k[1] == xs[0].shape and k[5] == fmt and h.out_spans)
         fn_args = (xs[0], out[0], out[1], hit.arg) if not g else (xs[0], offs, *out, hit.arg)
         direct = host_us(lambda: hit.fn(*fn_args), n=10, loops=20)
         with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:

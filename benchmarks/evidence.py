@@ -97,7 +97,8 @@ def profile(specs: list[str], ncu: str, timeout: float = 300.0) -> list[dict[str
             continue
         value = float(r[ivalue].replace(",", "") or "nan")
         if name == "time":  # ncu reports it in the unit it picks
-            value *= {"nsecond": 1e-3, "usecond": 1.0, "msecond": 1e3, "second": 1e6}.get(r[iunit], 1.0)
+            value *= {"ns": 1e-3, "nsecond": 1e-3, "us": 1.0, "usecond": 1.0, "ms": 1e3, "msecond": 1e3,
+                      "s": 1e6, "second": 1e6}[r[iunit]]
         by_id.setdefault(r[iid], {})[name] = value
     return [by_id[k] for k in sorted(by_id, key=int)]
 

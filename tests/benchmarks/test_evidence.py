@@ -40,7 +40,7 @@ print('==PROF== Connected to process')
 print('"ID","Process ID","Kernel Name","Context","Stream","Block Size","Grid Size","Device","CC","Section Name","Metric Name","Metric Unit","Metric Value"')
 for i, case in enumerate(cases):
     for j, m in enumerate(metrics):
-        unit, value = ("usecond", "12.5") if m == "gpu__time_duration.sum" else ("", str(j + 1))
+        unit, value = ("ns", "12,500") if m == "gpu__time_duration.sum" else ("", str(j + 1))
         if "long_scoreboard" in m:
             value = "99"
         print(f'"{{i}}","1","kernel_{{i}}","1","7","(256, 1, 1)","(132, 1, 1)","0","9.0","Command line profiler metrics","{{m}}","{{unit}}","{{value}}"')
