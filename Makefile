@@ -3,7 +3,7 @@ PY ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 
-.PHONY: build test lint install clean-cache install-example test-example
+.PHONY: build test lint install clean-cache install-example test-example install-quack test-quack
 
 $(BIN)/kernelforge: pyproject.toml
 	$(PY) -m venv $(VENV)
@@ -26,10 +26,11 @@ lint: install
 	$(BIN)/lint-imports
 
 # Lint, the test suite (CPU here; GPU tests skip with their reason unless a CUDA GPU is present),
-# then the example op family's (test-example).
+# then the example op families' (test-example, test-quack).
 test: lint install-example
 	$(BIN)/python -m pytest -q
 	$(MAKE) --no-print-directory test-example
+	$(MAKE) --no-print-directory test-quack
 
 # The example third-party op family (examples/kernelforge-silu-quant), installed editable into an
 # overlay venv on top of .venv (build/example-venv sees .venv's packages, .venv does not see it:
@@ -50,6 +51,29 @@ install-example: $(EXAMPLE_VENV)/.installed
 test-example: install-example
 	$(EXAMPLE_VENV)/bin/python -m kernelforge build -q -j 2 --cache $(EXAMPLE_CACHE) --arch sm_90a --only 'silu_mul_quantize.*'
 	KF_SILU_QUANT_TEST_CACHE=$(CURDIR)/$(EXAMPLE_CACHE) $(EXAMPLE_VENV)/bin/python -m pytest -q $(EXAMPLE)/tests
+
+# quack's kernels as kernelforge families (examples/kernelforge-quack), in an overlay venv of their
+# own (build/quack-venv) that also holds the pinned quack-kernels and what quack imports that .venv
+# lacks: einops, and triton (imported by quack's autotuner module; nothing of it runs on a CPU).
+# test-quack builds the families' sm_90a variants on the CPU into build/quack-cache and runs the
+# package's CPU tests against it.
+QUACK := examples/kernelforge-quack
+QUACK_VENV := build/quack-venv
+QUACK_CACHE := build/quack-cache
+QUACK_DEPS := quack-kernels==0.6.5 einops==0.8.2 triton==3.9.0
+
+$(QUACK_VENV)/.installed: $(BIN)/kernelforge $(QUACK)/pyproject.toml $(EXAMPLE)/ci/overlay_venv.py
+	$(BIN)/python $(EXAMPLE)/ci/overlay_venv.py $(QUACK_VENV)
+	$(QUACK_VENV)/bin/python -m pip install -q --no-deps $(QUACK_DEPS)
+	$(QUACK_VENV)/bin/python -m pip install -q --no-deps \
+		$$($(BIN)/python -c 'import setuptools' 2>/dev/null && echo --no-build-isolation) -e $(QUACK)
+	touch $@
+
+install-quack: $(QUACK_VENV)/.installed
+
+test-quack: install-quack
+	$(QUACK_VENV)/bin/python -m kernelforge build -q -j 2 --cache $(QUACK_CACHE) --arch sm_90a --only 'quack_*'
+	KF_QUACK_TEST_CACHE=$(CURDIR)/$(QUACK_CACHE) $(QUACK_VENV)/bin/python -m pytest -q $(QUACK)/tests
 
 clean-cache: install
 	$(BIN)/kernelforge cache clean --all

@@ -4,8 +4,8 @@ occupancy, registers per thread, instructions executed per element and the three
 stall reasons (warps stalled per issued instruction), so the report shows whether a kernel is
 bound by memory, by instructions or by latency.
 
-The cells are launched by `profile_kernels.py` (one launch per case inside an NVTX range) under one
-`ncu` process; `run.py` calls `evidence_rows` after its targets when `ncu` is on the PATH.
+The cells are launched by `profile_kernels.py` (one launch per case inside an NVTX range) under an
+`ncu` process each; `run.py` calls `evidence_rows` after its targets (`--no-evidence` skips it).
 """
 from __future__ import annotations
 
@@ -80,10 +80,11 @@ def ncu_path() -> str | None:
                                         if os.access(p, os.X_OK)), None)
 
 
-def profile(specs: list[str], ncu: str, timeout: float = 300.0) -> list[dict[str, float]]:
-    """One dict of METRICS values (by short name) per case, in the order of `specs`."""
+def profile(spec: str, ncu: str, timeout: float = 120.0) -> list[dict[str, float]]:
+    """The METRICS values (by short name) of every kernel one case launches, in launch order (one
+    `ncu` process per case: a case may launch more than one kernel)."""
     cmd = [ncu, "--clock-control", "none", "--nvtx", "--nvtx-include", "kf/", "--csv",
-           "--metrics", ",".join(METRICS), sys.executable, str(HERE / "profile_kernels.py"), *specs]
+           "--metrics", ",".join(METRICS), sys.executable, str(HERE / "profile_kernels.py"), spec]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
     rows = [r for r in csv.reader(io.StringIO(proc.stdout)) if len(r) > 10]
     if not rows:
@@ -105,27 +106,30 @@ def profile(specs: list[str], ncu: str, timeout: float = 300.0) -> list[dict[str
 
 def evidence_rows(res: dict, pct: float, min_m: int) -> list[dict]:
     """The evidence table's rows (empty when every kernel target is met); a row with `error`
-    where ncu is missing or fails."""
+    where ncu is missing or fails. A case that launches several kernels reports their summed
+    time and instructions, and the longest kernel's occupancy, registers, DRAM share and stalls."""
     todo = cases(res, pct, min_m)
-    if not todo:
-        return []
     ncu = ncu_path()
-    if ncu is None:
-        return [{"target": t, "case": c, "error": "ncu not found"} for t, c, _ in todo]
-    try:
-        metrics = profile([c for _, c, _ in todo], ncu)
-    except (RuntimeError, subprocess.TimeoutExpired, OSError) as exc:
-        return [{"target": t, "case": c, "error": str(exc)[:300]} for t, c, _ in todo]
     out = []
-    for (target, case, elements), m in zip(todo, metrics):
-        stalls = sorted(((k[len("stall_"):], v) for k, v in m.items() if k.startswith("stall_")),
+    for target, case, elements in todo:
+        if ncu is None:
+            out.append({"target": target, "case": case, "error": "ncu not found"})
+            continue
+        try:
+            kernels = profile(case, ncu)
+        except (RuntimeError, subprocess.TimeoutExpired, OSError) as exc:
+            out.append({"target": target, "case": case, "error": str(exc)[:300]})
+            continue
+        main = max(kernels, key=lambda m: m.get("time") or 0.0)
+        stalls = sorted(((k[len("stall_"):], v) for k, v in main.items() if k.startswith("stall_")),
                         key=lambda kv: -kv[1])[:3]
-        out.append({"target": target, "case": case, "us": m.get("time"), "dram_pct": m.get("dram_pct"),
-                    "achieved_occupancy_pct": m.get("achieved_occupancy_pct"),
-                    "theoretical_occupancy_pct": m.get("theoretical_occupancy_pct"),
-                    "registers": m.get("registers"),
-                    "instructions_per_element": (m["thread_instructions"] / elements
-                                                 if m.get("thread_instructions") else None),
+        instructions = sum(m.get("thread_instructions") or 0.0 for m in kernels)
+        out.append({"target": target, "case": case, "kernels": len(kernels),
+                    "us": sum(m.get("time") or 0.0 for m in kernels), "dram_pct": main.get("dram_pct"),
+                    "achieved_occupancy_pct": main.get("achieved_occupancy_pct"),
+                    "theoretical_occupancy_pct": main.get("theoretical_occupancy_pct"),
+                    "registers": main.get("registers"),
+                    "instructions_per_element": instructions / elements if instructions else None,
                     "top_stalls": stalls})
     return out
 
@@ -135,19 +139,19 @@ def markdown(rows: list[dict], device: str) -> list[str]:
     if not rows:
         return []
     lines = ["", f"### Why the missed kernel targets miss ({device}, Nsight Compute, worst cell of each)", "",
-             "| target | case | us | DRAM % of peak | achieved / theoretical occupancy % | registers "
+             "| target | case | kernels | us | DRAM % of peak | achieved / theoretical occupancy % | registers "
              "| thread instructions per element | top stalls (warps per issued instruction) |",
-             "|---|---|---:|---:|---:|---:|---:|---|"]
+             "|---|---|---:|---:|---:|---:|---:|---:|---|"]
     for r in rows:
         if r.get("error"):
-            lines.append(f"| {r['target']} | `{r['case']}` | | | | | | not profiled: {r['error']} |")
+            lines.append(f"| {r['target']} | `{r['case']}` | | | | | | | not profiled: {r['error']} |")
             continue
 
         def f(v, fmt="{:.1f}"):
             return "" if v is None else fmt.format(v)
 
         stalls = ", ".join(f"{name} {v:.2f}" for name, v in r["top_stalls"])
-        lines.append(f"| {r['target']} | `{r['case']}` | {f(r['us'])} | {f(r['dram_pct'])} | "
+        lines.append(f"| {r['target']} | `{r['case']}` | {r.get('kernels', 1)} | {f(r['us'])} | {f(r['dram_pct'])} | "
                      f"{f(r['achieved_occupancy_pct'])} / {f(r['theoretical_occupancy_pct'])} | "
                      f"{f(r['registers'], '{:.0f}')} | "
                      f"{f(r['instructions_per_element'], '{:.2f}')} | {stalls} |")

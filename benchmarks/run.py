@@ -664,6 +664,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--only", nargs="+", choices=SECTIONS, default=list(SECTIONS), help="measure these sections only")
     ap.add_argument("--no-evidence", dest="evidence", action="store_false",
                     help="skip profiling the worst cell of each missed kernel target with Nsight Compute")
+    ap.add_argument("--redo-evidence", action="store_true",
+                    help="with --plots-from, on the GPU machine: profile the saved run's missed targets again and "
+                         "write the evidence back into that JSON")
     ap.add_argument("--startup-cache-dir", default=None, metavar="DIR",
                     help="also time the first call with KERNELFORGE_CACHE_DIR=DIR against the default layers "
                          "(e.g. a copy of the installed kernel wheel's cache): issue 33's wheel-vs-directory row")
@@ -690,7 +693,7 @@ def main(argv: list[str] | None = None) -> int:
                       args.budget_s, args.startup_cache_dir)
     res["targets"] = targets(res)
     res["hopper_targets"] = hopper_targets(res)
-    if not args.plots_from and args.evidence:
+    if (not args.plots_from and args.evidence) or args.redo_evidence:
         import evidence
 
         card = card_of(res.get("device") or "")
@@ -698,6 +701,8 @@ def main(argv: list[str] | None = None) -> int:
         res["evidence"] = evidence.evidence_rows(res, HOPPER_PCT.get(card or "", HOPPER_PCT["H100"]), HOPPER_MIN_M)
     if not args.plots_from:
         json_path.write_text(json.dumps(res, indent=1))
+    elif args.redo_evidence:
+        args.plots_from.write_text(json.dumps(res, indent=1))
     plots = write_plots(res, args.out_dir)
     if not plots:  # no matplotlib here: embed the PNGs already in out-dir (e.g. copied from the GPU machine)
         plots = [n for n in plot_names(res) if (args.out_dir / n).is_file()]

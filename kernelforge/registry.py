@@ -119,6 +119,38 @@ class OpFamily(NamedTuple):
         return self.heuristic(max_k, values) if self.heuristic is not None else ()
 
 
+def module_sources(*modules: str) -> tuple[Path, ...]:
+    """The source files of installed Python modules (dotted names), for `OpFamily.sources` of a
+    family whose kernel is another package's code: their bytes then count in its cache keys.
+
+    Found without importing them or their packages (only the top-level name is looked up), so
+    a family module that calls this at import stays free of that package's imports. A package
+    stands for its `__init__.py`. ModuleNotFoundError names a module that is not installed or
+    has no Python source file.
+    """
+    import importlib.util
+
+    out = []
+    specs: dict[str, Any] = {}
+    for name in modules:
+        top, *rest = name.split(".")
+        if top not in specs:
+            specs[top] = importlib.util.find_spec(top) if top else None
+        spec = specs[top]
+        if spec is None:
+            raise ModuleNotFoundError(f"{name}: no installed module {top!r}", name=name)
+        if not rest:
+            path = Path(spec.origin) if spec.origin else None
+        else:
+            dirs = [Path(d).joinpath(*rest[:-1]) for d in spec.submodule_search_locations or ()]
+            found = [f for d in dirs for f in (d / f"{rest[-1]}.py", d / rest[-1] / "__init__.py") if f.is_file()]
+            path = found[0] if found else None
+        if path is None or path.suffix != ".py" or not path.is_file():
+            raise ModuleNotFoundError(f"{name}: no Python source file found for it in {top!r}", name=name)
+        out.append(path.resolve())
+    return tuple(out)
+
+
 def _problem(fam: object) -> str | None:
     if not isinstance(fam, OpFamily):
         return f"expected an OpFamily, got {type(fam).__name__}"
@@ -339,5 +371,5 @@ OP_SCHEMAS: Mapping[str, OpSchema] = FamilyView(lambda family: family.schema)
 
 
 __all__ = ["ENTRY_POINT_GROUP", "OP_SCHEMAS", "FamilyView", "OpFamily", "builtin_api", "builtin_families", "families",
-           "find_family", "get_family", "on_change", "plugin_families", "plugin_spec_files", "register",
-           "reload_plugins", "spec_files"]
+           "find_family", "get_family", "module_sources", "on_change", "plugin_families", "plugin_spec_files",
+           "register", "reload_plugins", "spec_files"]

@@ -155,6 +155,7 @@ def _no_kernel_of(op: str, layers: list, table: Any) -> str:
 
 def _explain_call(op: str, args: List[str], layers: list, fmt: Fmt) -> int:
     from kernelforge.formats import FORMATS
+    from kernelforge.registry import get_family
     from kernelforge.runtime.dispatch import DispatchTable
     from kernelforge.runtime.explain import capability_of, dispatch_axes, explain_call, parse_shape
 
@@ -185,11 +186,16 @@ def _explain_call(op: str, args: List[str], layers: list, fmt: Fmt) -> int:
         fail(f"stride={stride}: expected the row stride in bytes, a positive integer")
     if "dtype" in kv:
         kv["dtype"] = DTYPES.get(kv["dtype"], kv["dtype"])
+    # A quantizing op needs its format (K in blocks of its size); an op of no format axis (a plugin's
+    # normalization, say) dispatches on K in elements.
     fmt_name = kv.get("format", "")
-    if fmt_name not in FORMATS:
-        fail(f"format={fmt_name or '?'}: expected one of {sorted(FORMATS)}")
-    kv.setdefault("layout", "linear")
-    kv.setdefault("scale_mode", "none" if FORMATS[fmt_name].has_global_scale else "floor")
+    quantizing = "format" in get_family(op).schema.dispatch_axes
+    if quantizing:
+        if fmt_name not in FORMATS:
+            fail(f"format={fmt_name or '?'}: expected one of {sorted(FORMATS)}")
+        kv.setdefault("layout", "linear")
+        kv.setdefault("scale_mode", "none" if FORMATS[fmt_name].has_global_scale else "floor")
+    block = FORMATS[fmt_name].block if quantizing else 1
     table = DispatchTable(layers=layers)
     axes = dispatch_axes(table, op)
     if not axes:
@@ -212,7 +218,7 @@ def _explain_call(op: str, args: List[str], layers: list, fmt: Fmt) -> int:
                       "the swizzled build explained here runs, then the scale_layout pass rewrites its scales "
                       "row-major (with 16-byte aligned, contiguous scale buffers; the direct linear build "
                       "otherwise, or when the cache lacks the pass)")
-    ex = explain_call(table, op, kv, capability, k, FORMATS[fmt_name].block, align, stride_bytes, m, device)
+    ex = explain_call(table, op, kv, capability, k, block, align, stride_bytes, m, device)
     if fmt is Fmt.json:
         from .json_schemas import emit
 

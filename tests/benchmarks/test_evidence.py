@@ -34,13 +34,13 @@ def test_ncu_csv_becomes_evidence_rows(tmp_path, monkeypatch) -> None:
     # Prints, for each profile_kernels case given after the script, one ncu CSV row per metric.
     fake.write_text(f"""#!{sys.executable}
 import sys
-cases = sys.argv[sys.argv.index({str(REPO / 'benchmarks' / 'profile_kernels.py')!r}) + 1:]
+case = sys.argv[sys.argv.index({str(REPO / 'benchmarks' / 'profile_kernels.py')!r}) + 1]
 metrics = {metrics!r}
 print('==PROF== Connected to process')
 print('"ID","Process ID","Kernel Name","Context","Stream","Block Size","Grid Size","Device","CC","Section Name","Metric Name","Metric Unit","Metric Value"')
-for i, case in enumerate(cases):
+for i in range(2 if case.startswith("col:") else 1):  # the columnwise case launches two kernels
     for j, m in enumerate(metrics):
-        unit, value = ("ns", "12,500") if m == "gpu__time_duration.sum" else ("", str(j + 1))
+        unit, value = ("ns", "12,500" if i == 0 else "1,000") if m == "gpu__time_duration.sum" else ("", str(j + 1))
         if "long_scoreboard" in m:
             value = "99"
         print(f'"{{i}}","1","kernel_{{i}}","1","7","(256, 1, 1)","(132, 1, 1)","0","9.0","Command line profiler metrics","{{m}}","{{unit}}","{{value}}"')
@@ -49,8 +49,13 @@ for i, case in enumerate(cases):
     monkeypatch.setenv("PATH", f"{tmp_path}{os.pathsep}{os.environ['PATH']}")
     rows = evidence.evidence_rows(RUN, 90.0, 4096)
     assert len(rows) == len(evidence.cases(RUN, 90.0, 4096)) >= 5
+    elements = {c: n for _, c, n in evidence.cases(RUN, 90.0, 4096)}
+    per_kernel = metrics.index("smsp__thread_inst_executed.sum") + 1
     for r in rows:
-        assert r["us"] == 12.5 and r["registers"] == metrics.index("launch__registers_per_thread") + 1
+        two = r["case"].startswith("col:")
+        assert (r["kernels"], r["us"]) == ((2, 13.5) if two else (1, 12.5)), r
+        assert r["registers"] == metrics.index("launch__registers_per_thread") + 1
+        assert r["instructions_per_element"] == per_kernel * (2 if two else 1) / elements[r["case"]]
         assert r["top_stalls"][0] == ("long_scoreboard", 99.0)
     md = "\n".join(evidence.markdown(rows, "NVIDIA H100 80GB HBM3"))
     assert "long_scoreboard 99.00" in md and md.count("\n| ") == len(rows) + 1

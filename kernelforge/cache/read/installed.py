@@ -10,7 +10,6 @@ and `kernelforge package` names every kernel wheel `<owner>-kernels-<arch>`
 read. As in `importlib.metadata`, the first distribution of a name on sys.path wins. A name this
 listing cannot place (an egg-info, a zipped path entry) is looked up with `importlib.metadata`.
 """
-from __future__ import annotations
 
 import importlib.metadata as md
 import os
