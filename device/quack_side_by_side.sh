@@ -27,7 +27,9 @@ installed() {
     echo "not installed on this machine ($SITE): run the 'stage install' calls first (a new machine starts bare)" >&2
     exit 3
   fi
-  export PYTHONPATH="$SITE"
+  # CuTe-DSL's `cutlass` package lies in nvidia_cutlass_dsl/dsl_packages, put on the path by a .pth
+  # file that a --target install never runs.
+  export PYTHONPATH="$SITE:$SITE/nvidia_cutlass_dsl/dsl_packages"
 }
 
 rc=0

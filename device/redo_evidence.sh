@@ -1,0 +1,15 @@
+#!/usr/bin/env bash
+# One device-tool call (or a step of one): profile the missed kernel targets of a saved benchmark run
+# again (benchmarks/run.py --plots-from RUN.json --redo-evidence) on the release's installed wheels
+# (device/wheel_node.sh), on the card that run was measured on. Usage: device/redo_evidence.sh RUN.json
+# Writes $OUT/<RUN>.json (with the new evidence) and $OUT/results-<RUN>/ (the report). Exit 9 on another card.
+set -uo pipefail
+run_json="$(realpath "$1")"
+name="$(basename "$run_json" .json)"
+source "$(dirname "$0")/wheel_node.sh"
+want="$(python3 -c "import json,sys; print(json.load(open(sys.argv[1]))['device'])" "$run_json")"
+card="$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)"
+[ "$card" = "$want" ] || { echo "$name was measured on $want, this is $card: not profiled"; exit 9; }
+cp "$run_json" "$OUT/$name.json"
+python3 "$REPO/benchmarks/run.py" --plots-from "$OUT/$name.json" --redo-evidence --no-append \
+  --out-dir "$OUT/results-$name" 2>&1 | grep -A14 "Why the missed"
