@@ -7,8 +7,9 @@
 #   tests    kf_quack's GPU tests against quack's own path (one line per declared variant; a test that
 #            cannot run fails), kernels from the installed kernel wheel, only the release key trusted
 #            (.carry/keys/release.pub): $OUT/tests.log
-#   startup  the first call in fresh processes (KF_RUNS each, default 8): quack with an empty cache, with
-#            a warm .o cache, kernelforge from a cache directory (a copy of the kernel wheel's cache) and
+#   startup  the first call in fresh processes (KF_RUNS each, default 8; KF_OPS="rmsnorm softmax" picks
+#            ops: quack's imports take 5-9 s a process, so about one op per call fits 10 minutes): quack
+#            with an empty cache, with a warm .o cache, kernelforge from a cache directory (a copy of the kernel wheel's cache) and
 #            from the installed kernel wheel: $OUT/startup.json, startup.log (a markdown table at its end)
 #   kernels  kernel time, quack and kf_quack interleaved (CUDA-graph replay): $OUT/kernels.json, kernels.log
 # No checkout on the path: the installed packages serve, from /tmp, as on a user's node.
@@ -70,7 +71,9 @@ for step in "$@"; do
       installed
       cd /tmp
       rm -rf /tmp/kfq-cachedir && cp -r "$SITE"/kernelforge_quack_kernels_sm90a/cache /tmp/kfq-cachedir
-      python3 "$BENCH" startup --runs "${KF_RUNS:-8}" --kf-cache-dir /tmp/kfq-cachedir --json "$OUT/startup.json" \
+      # shellcheck disable=SC2086  # KF_OPS: some of the ops (a 10-minute call holds about one op at 8 runs)
+      python3 "$BENCH" startup --runs "${KF_RUNS:-8}" ${KF_OPS:+--ops $KF_OPS} --kf-cache-dir /tmp/kfq-cachedir \
+        --json "$OUT/startup.json" \
         2>&1 | tee "$OUT/startup.log" | tail -12
       [ "${PIPESTATUS[0]}" = 0 ] || rc=1 ;;
     kernels)
