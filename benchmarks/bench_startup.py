@@ -113,6 +113,18 @@ best = {}
 for _ in range(3):  # interleaved rounds, best of each: a noisy host affects all alike
     for name, f in paths.items():
         best[name] = min(best.get(name, float("inf")), host_us(f))
+# The sustained loop: 2000 calls back to back, then one synchronize (wall time per call, the GPU's
+# share included once the launch queue fills), for out=, allocating and torch.add(out=).
+for _ in range(3):
+    for name in ("out_us", "allocating_us", "torch_add_out_us"):
+        f = paths[name]
+        torch.cuda.synchronize()
+        t = time.perf_counter()
+        for _ in range(2000):
+            f()
+        torch.cuda.synchronize()
+        key = "loop_" + name
+        best[key] = min(best.get(key, float("inf")), (time.perf_counter() - t) / 2000 * 1e6)
 print(json.dumps(best))
 """
 

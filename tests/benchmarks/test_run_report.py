@@ -407,3 +407,20 @@ def test_issue_33_eager_grouped_and_wheel_rows_use_their_measurements():
     assert "30.0 vs 27.5 ms" in wheel["worst"]
     res["startup_layers"]["layers_minus_cache_dir_ms"] = 1.5
     assert _hopper(run.hopper_targets(res, table_devices=set()), "startup", "within 2 ms")["met"] is True
+
+
+def test_tiny_tensor_targets_check_the_host_cost_and_the_sustained_loop() -> None:
+    res = make_results()
+    host = res["startup"]["median"]["host"]  # out= 6.07, allocating 13.05, torch.add 5.91 (host time per call)
+    ts = run.hopper_targets(res, table_devices=set())
+    out, alloc = _hopper(ts, "host", "out=: <="), _hopper(ts, "host", "allocating: <=")
+    assert (out["cells"], alloc["cells"]) == (1, 1)  # a run without the loop: the host cost alone
+    assert out["met"] is True and alloc["met"] is False
+    host.update(loop_out_us=9.0, loop_allocating_us=12.0, loop_torch_add_out_us=8.5)
+    ts = run.hopper_targets(res, table_devices=set())
+    out, alloc = _hopper(ts, "host", "out=: <="), _hopper(ts, "host", "allocating: <=")
+    assert (out["cells"], out["cells_met"], out["met"]) == (2, 2, True)
+    host.update(loop_out_us=9.5)  # 1.12x torch.add in the loop: the loop cell alone misses
+    out = _hopper(run.hopper_targets(res, table_devices=set()), "host", "out=: <=")
+    assert (out["cells_met"], out["met"]) == (1, False) and out["worst"].startswith("2000-call loop")
+    assert alloc["value"] == 13.05 / 5.91  # the worst of the two cells
