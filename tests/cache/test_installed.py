@@ -43,3 +43,13 @@ def test_kernel_wheels_are_found_by_name_and_entry_point_first_on_the_path_wins(
         installed.KernelEntryPoint("kf_a_kernels_sm90a", "kf_a_kernels_sm90a", "kf-a-kernels-sm90a", "1.0")]
     assert installed.version("KF_A-kernels.sm90a") == "1.0"
     assert installed.version("no-such-distribution") is None
+
+
+def test_names_are_normalized_as_packaging_normalizes_them() -> None:
+    from packaging.utils import canonicalize_name
+
+    names = ["kernelforge-kernels-sm90a", "Kf.B_Kernels_SM100a", "a__b--c..d", "apache_tvm_ffi", "X.Y-z_W"]
+    for name in names:
+        assert installed.canonical(name) == canonicalize_name(name), name
+    for key, dist in installed.installed().items():  # the listing's fast form of an escaped name
+        assert key == canonicalize_name(dist.dirname.partition("-")[0]), dist.dirname

@@ -89,3 +89,24 @@ def test_trusted_root_keeps_a_bounded_number_of_directory_descriptors(tmp_path):
         os.close(trusted.open_dir(parts))
     assert _open_fds() == after_first  # no descriptor kept per two-hex prefix or entry
     assert set(trusted._dirs) == {(), ("v1",), ("v1", "artifacts")}
+
+
+def test_holds_regular_file_applies_the_policy_without_a_descriptor(tmp_path, monkeypatch) -> None:
+    root = tmp_path / "cache"
+    (root / "v1" / "d").mkdir(parents=True)
+    (root / "v1" / "d" / "f").write_bytes(b"")
+    (root / "v1" / "link").symlink_to(root / "v1" / "d")
+    trusted = TrustedRoot(root)
+    opened = []
+    real_open = os.open
+    monkeypatch.setattr(os, "open", lambda *a, **k: opened.append(a[0]) or real_open(*a, **k))
+    assert trusted.holds_regular_file(("v1", "d", "f"))
+    assert not trusted.holds_regular_file(("v1", "d"))  # a directory, not a regular file
+    assert not trusted.holds_regular_file(("v1", "link", "f"))  # a symlinked component
+    assert not trusted.holds_regular_file(("v1", "d", "missing"))
+    assert not trusted.holds_regular_file(("v1", "..", "v1", "d", "f"))  # not a plain component
+    assert opened == []
+    (root / "v1" / "d").chmod(0o777)  # group/other-writable on the way
+    assert not TrustedRoot(root).holds_regular_file(("v1", "d", "f"))
+    monkeypatch.setenv("KERNELFORGE_TRUST_SHARED_CACHE", "1")
+    assert TrustedRoot(root).holds_regular_file(("v1", "d", "f"))

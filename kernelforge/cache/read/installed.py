@@ -44,7 +44,10 @@ class KernelEntryPoint(NamedTuple):
 
 
 def canonical(name: str) -> str:
-    """PEP 503 normalization, the form distributions are compared in."""
+    """PEP 503 normalization, the form distributions are compared in: the rule of
+    `packaging.utils.canonicalize_name` (what `kernelforge package` names wheels with), written
+    out because packaging is not a runtime dependency and importing it would cost the first call
+    milliseconds (tests/cache/test_installed.py holds the two to the same result)."""
     return re.sub(r"[-_.]+", "-", name).lower()
 
 

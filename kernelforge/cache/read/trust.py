@@ -192,6 +192,23 @@ class TrustedRoot:
             raise
         return fd
 
+    def holds_regular_file(self, parts: list[str] | tuple[str, ...]) -> bool:
+        """Whether root/parts is a regular file that the policy trusts, as is every directory down
+        to it (none a symlink), checked with lstat alone: for a file that is only tested for, never
+        read, where a descriptor would grow a fresh CUDA process's descriptor table (see
+        runtime/loader.py). False for anything absent, unreadable or untrusted."""
+        try:
+            path = self._real_root()
+            kinds = [stat.S_ISDIR] * len(parts) + [stat.S_ISREG]
+            for part, is_kind in zip(("", *parts), kinds):
+                path = path / check_component(part, "cache path") if part else path
+                st = os.lstat(path)
+                if not is_kind(st.st_mode) or (self.enforce and ownership_problem(st)):
+                    return False
+        except (OSError, CacheError):
+            return False
+        return True
+
     def read_bytes(self, parts: list[str] | tuple[str, ...]) -> bytes:
         """The content of root/parts, opened with open_file."""
         fd = self.open_file(parts)

@@ -23,7 +23,6 @@ could plant a marker could already write the cache, which is outside the threat 
 """
 import hashlib
 import os
-import stat
 from pathlib import Path
 from typing import Any
 
@@ -60,28 +59,12 @@ def _read(path: Path, limit: int) -> bytes:
 
 def _verified_before(memo_root: Path | None, digest: str) -> bool:
     """Whether a trusted marker of the document `digest` is in `memo_root` (see the module
-    docstring): the cache's ownership policy on the root's ancestors, the root and every component
-    down to the marker, none a symlink. Checked with lstat alone: a descriptor opened here could
-    grow a fresh CUDA process's descriptor table, which stalls it (docs/cache-and-security.md)."""
+    docstring), checked under the cache's trust policy without opening a descriptor."""
     if memo_root is None:
         return False
-    from kernelforge.cache.read.trust import ownership_problem
+    from kernelforge.cache.read.trust import TrustedRoot
 
-    try:
-        real = Path(os.path.realpath(memo_root))
-        for anc in real.parents:
-            if ownership_problem(os.stat(anc), ancestor=True):
-                return False
-        path = real
-        for part in ("", "v1", VERIFIED_DIR, digest):
-            path = path / part if part else path
-            st = os.lstat(path)
-            kind_ok = stat.S_ISREG(st.st_mode) if part == digest else stat.S_ISDIR(st.st_mode)
-            if not kind_ok or ownership_problem(st):
-                return False
-    except OSError:  # absent: verify again
-        return False
-    return True
+    return TrustedRoot(memo_root).holds_regular_file(("v1", VERIFIED_DIR, digest))
 
 
 def _remember(memo_root: Path | None, digest: str) -> None:
