@@ -227,3 +227,31 @@ def test_a_marker_in_an_untrusted_directory_is_ignored(built, tmp_path, monkeypa
     # without any marker store the same bytes are refused the same way
     refused = _layer(package).refused
     assert refused is not None and "does not verify" in refused, refused
+
+
+def test_a_cache_that_cannot_hold_markers_changes_nothing(built, tmp_path, monkeypatch, keys) -> None:
+    """A marker store that cannot be written (a plain file where its directory would be, a FIFO
+    where the marker would be) never fails the layer: the signature is checked in full each time."""
+    import os
+
+    release, _ = keys
+    package = _installed(built, tmp_path, monkeypatch, release)
+    blocked = tmp_path / "blocked"
+    blocked.write_bytes(b"not a directory")
+    for _ in range(2):
+        layer = _layer_with_memo(package, blocked)
+        assert (layer.refused, layer.signer) == (None, release.public.key_id)
+    assert blocked.read_bytes() == b"not a directory"
+    fifo_root = tmp_path / "fifo-cache"
+    marker = _marker(package, fifo_root)
+    marker.parent.mkdir(parents=True)
+    os.mkfifo(marker)
+    layer = _layer_with_memo(package, fifo_root)  # never opened: lstat says it is no regular file
+    assert (layer.refused, layer.signer) == (None, release.public.key_id)
+    # and a forged signature behind that FIFO is still refused
+    doc = json.loads((package / "SIGNATURE.json").read_text())
+    doc["signature"] = doc["signature"][:-4] + ("AAA=" if not doc["signature"].endswith("AAA=") else "BBB=")
+    (package / "SIGNATURE.json").write_bytes(json.dumps(doc).encode())
+    os.mkfifo(_marker(package, fifo_root))
+    refused = _layer_with_memo(package, fifo_root).refused
+    assert refused is not None and "does not verify" in refused, refused

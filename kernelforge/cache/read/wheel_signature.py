@@ -76,7 +76,9 @@ def _remember(memo_root: Path | None, digest: str) -> None:
         directory.mkdir(parents=True, exist_ok=True)
         dfd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
         try:
-            os.close(os.open(digest, os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o666, dir_fd=dfd))
+            # O_EXCL: never open what is already there (a FIFO's open for writing would wait for a reader)
+            flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK
+            os.close(os.open(digest, flags, 0o666, dir_fd=dfd))
         finally:
             os.close(dfd)
     except OSError:
