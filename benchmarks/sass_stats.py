@@ -30,7 +30,9 @@ DEFAULT = ["quantize.*.swizzled.bfloat16.aligned.sm_90a.*",
            "rmsnorm_quantize.*.swizzled.bfloat16.none.h32k.sm_90a.*"]
 
 
-def elements_per_thread(entry: dict) -> int:
+def elements_per_thread(entry: dict) -> int | None:
+    """Elements one thread handles, where the kernel is unrolled over them (None: a kernel that
+    loops over rows, e.g. grouped quantize; its static count is per kernel only)."""
     v = entry["variant"]
     fmt = FORMATS[v["axes"]["format"]]
     if entry["op"] == "quantize":
@@ -39,6 +41,8 @@ def elements_per_thread(entry: dict) -> int:
         from kernelforge.kernels import quantize_tiled as qt  # imports cutlass: the build host has it
 
         return qt.TILE_M * qt.TILE_BLOCKS * fmt.block // qt.THREADS  # one tile per CTA
+    if "elements" not in v["axes"]:
+        return None
     return int(v["axes"]["elements"])
 
 
@@ -84,10 +88,10 @@ def main() -> None:
         n = sum(ops.values()) - ops.get("NOP", 0)
         ept = elements_per_thread(e)
         regs = max((registers(c) for c in cubins), default=-1)
-        rows.append((e["name"], n, ept, n / ept, regs, ops.most_common(8)))
-    for name, n, ept, per, regs, top in sorted(rows):
-        print(f"{name:70} {n:5d} SASS instr / {ept:3d} elements = {per:5.1f} per element, {regs} registers; "
-              f"top {top}")
+        rows.append((e["name"], n, ept, regs, ops.most_common(8)))
+    for name, n, ept, regs, top in sorted(rows):
+        per = f"/ {ept:3d} elements = {n / ept:5.1f} per element" if ept else "(loops over rows)"
+        print(f"{name:70} {n:5d} SASS instr {per}, {regs} registers; top {top}")
 
 
 if __name__ == "__main__":

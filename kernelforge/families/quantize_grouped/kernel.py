@@ -16,29 +16,28 @@ byte each. Scale row r of expert e is global row `e * rows + r`, and group g's b
 multiple of 128, so in both groupings the byte offset is the plain `scale_offset` of the global scale row;
 only the mapping from a scale row to an input row differs.
 
-For `offsets` at most `MAX_CTAS` CTAs (per format) loop over the scale rows, a warp per row and
-its lanes over the row's scale columns. Each CTA first stages the offsets in shared memory, its first
-warp turns them into per-group row ranges and padded block starts (two warp scans over chunks
-of groups; CTA 0 also writes `scale_offsets`), the CTA fills a table of the group of every
-128-row scale block, and each warp then finds the group of each of its scale rows there (or,
-past `BLOCK_TABLE` blocks, by binary search over the starts). Offsets are made safe before
-use, whatever their values: `end[g] = clamp(max(offsets[0..g]), 0, T)` (monotonic, within x),
-and at most `MAX_GROUPS` groups are read; for valid offsets this is the identity. The row loop
-skips padding scale rows; a second phase zeroes them by whole 16-byte lines of the swizzle chunks.
+For `offsets` at most `MAX_CTAS` CTAs (per format) loop over the input rows that belong to a
+group, a warp per row and its lanes over the row's scale columns. Each CTA first stages the
+offsets in shared memory and its first warp turns them into per-group row ranges and padded
+block starts (two warp scans over chunks of groups; CTA 0 also writes `scale_offsets`); each
+warp then finds the group of each of its rows by binary search over the group ends. Offsets are
+made safe before use, whatever their values: `end[g] = clamp(max(offsets[0..g]), 0, T)`
+(monotonic, within x), and at most `MAX_GROUPS` groups are read; for valid offsets this is the
+identity. A second phase zeroes the padding scale rows by whole 16-byte lines of the swizzle chunks.
 """
 from dataclasses import dataclass
 
 import cuda.bindings.driver as cuda
 import cutlass
 import cutlass.cute as cute
-from cutlass import Float32, Int16, Int32, Uint8, Uint32
+from cutlass import Float32, Int32, Uint8, Uint32
 
 from kernelforge.formats import SWIZZLE_ROWS, Format
 from kernelforge.kernels import PDL, BlockQuantizer, byte_views, enter_dependent_grid, scale_coords, scale_grid, scale_offset, widen
 
 MAX_GROUPS = 1024  # groups of one `offsets` call (shared-memory tables of MAX_GROUPS + 1 entries)
-# Binary-search steps over MAX_GROUPS starts, unrolled (a loop bounded by the actual group count
-# is slower; docs/performance.md).
+# Binary-search steps over MAX_GROUPS group ends, unrolled (a loop bounded by the actual group
+# count is slower; docs/performance.md).
 SEARCH_STEPS = MAX_GROUPS.bit_length() - 1
 WARP = 32
 TABLE = MAX_GROUPS + MAX_GROUPS // WARP + 1  # skewed entries 0..MAX_GROUPS
@@ -47,9 +46,6 @@ TABLE = MAX_GROUPS + MAX_GROUPS // WARP + 1  # skewed entries 0..MAX_GROUPS
 # NVFP4 (80 registers, 6 CTAs of an SM) ends in a partial wave at 2048 CTAs; with 4096 each warp
 # has about one row and the tail is short (docs/performance.md).
 MAX_CTAS = {"mx": 2048, "nvfp4": 4096}
-# 128-row scale blocks whose group is looked up directly (x of up to about 256k rows; beyond,
-# the binary search). 4 KiB of shared memory.
-BLOCK_TABLE = 2048
 # `offsets`: bytes of input each lane loads (whole blocks of a row) before it quantizes the first
 # of them (bf16: 8 blocks per lane for MX, 4 for NVFP4, whose conversion needs more registers, so
 # 8 blocks cost it occupancy; docs/performance.md).
@@ -171,16 +167,6 @@ class QuantizeGroupedKernel:
         cute.arch.sync_threads()
 
         total = starts[skew(n_groups)]
-        # Every 128-row scale block belongs to one group (each group's block is padded to 128
-        # rows): where the blocks fit the table, the group of a scale row is one lookup instead
-        # of ten dependent shared-memory reads (docs/performance.md).
-        block_group = smem.allocate_tensor(Int16, cute.make_layout(BLOCK_TABLE), 16)
-        direct = total // SWIZZLE_ROWS <= BLOCK_TABLE
-        if direct:
-            for i in cutlass.range(tidx, n_groups, self.cfg.threads):
-                for b in cutlass.range(starts[skew(i)] // SWIZZLE_ROWS, starts[skew(i + 1)] // SWIZZLE_ROWS):
-                    block_group[b] = Int16(i)
-            cute.arch.sync_threads()
         k_blocks = mX.shape[1] // self.block
         gX = cute.zipped_divide(mX, (1, self.block))  # ((1, B), (T, K/B))
         gQ = cute.zipped_divide(mQ, (1, self.q.out_bytes))
@@ -190,39 +176,41 @@ class QuantizeGroupedKernel:
         per_group = False
         if cutlass.const_expr(mG is not None):
             per_group = mG.shape[0] > 1
-        # One warp per scale row (grid-stride over rows), its lanes over the row's scale columns:
-        # the row's group and input row are found once per warp and row, not once per scale
-        # byte (per-byte lookups and the slot division cost far more instructions than plain
-        # `quantize`; docs/performance.md).
+        # One warp per input row of a group (grid-stride over those rows only), its lanes over the
+        # row's scale columns: the row's group and scale row are found once per warp and row, not
+        # once per scale byte (per-byte lookups and the slot division cost far more instructions
+        # than plain `quantize`; docs/performance.md). Striding over the scale rows instead, most
+        # of which are padding when groups are small, gave all the rows to the few warps whose
+        # rows fall in the first rows of the 128-row blocks (G = 1024: an eighth of the warps).
         warps = self.cfg.threads // WARP
         lane = tidx % WARP
         unroll = max(1, self.row_bytes_in_flight // (self.block * mX.element_type.width // 8))
         n_warps = cute.arch.grid_dim()[0] * warps
-        for m in cutlass.range(bidx * warps + tidx // WARP, total_rows, n_warps):
-            g, row = self.row_of(m, ends, starts, block_group, direct, total, n_groups, t_rows)
+        for row in cutlass.range(bidx * warps + tidx // WARP, self.first_row(ends, n_groups), n_warps):
+            g = self.group_of(row, ends, n_groups)
+            m = starts[skew(g)] + (row - self.first_row(ends, g))
             # NVFP4: the row's global-scale factors once per row (warp-uniform), outside the block loop.
             enc_g, inv_g = shared_g
             if cutlass.const_expr(mG is not None):
                 if per_group:
                     enc_g, inv_g = self.q.global_factors(self.global_scale_of(mG, g))
-            if row < t_rows:  # padding rows: zeroed below, a whole line at a time
-                for k0 in cutlass.range(lane, n_cols, WARP * unroll):
-                    # The loads of all `unroll` blocks are issued before the first is quantized.
-                    raws = []
-                    for u in cutlass.range_constexpr(unroll):
-                        k = k0 + u * WARP
-                        raw = cute.make_rmem_tensor(self.block, mX.element_type)
+            for k0 in cutlass.range(lane, n_cols, WARP * unroll):
+                # The loads of all `unroll` blocks are issued before the first is quantized.
+                raws = []
+                for u in cutlass.range_constexpr(unroll):
+                    k = k0 + u * WARP
+                    raw = cute.make_rmem_tensor(self.block, mX.element_type)
+                    if k < k_blocks:
+                        cute.autovec_copy(gX[(0, None), (row, k)], raw)
+                    raws.append(raw)
+                for u in cutlass.range_constexpr(unroll):
+                    k = k0 + u * WARP
+                    if k < n_cols:
+                        s_off = scale_offset(m, k, n_cols, True)
                         if k < k_blocks:
-                            cute.autovec_copy(gX[(0, None), (row, k)], raw)
-                        raws.append(raw)
-                    for u in cutlass.range_constexpr(unroll):
-                        k = k0 + u * WARP
-                        if k < n_cols:
-                            s_off = scale_offset(m, k, n_cols, True)
-                            if k < k_blocks:
-                                mS[s_off] = self.quantize_raw(raws[u], gQ[(0, None), (row, k)], enc_g, inv_g)
-                            else:
-                                mS[s_off] = Uint8(0)
+                            mS[s_off] = self.quantize_raw(raws[u], gQ[(0, None), (row, k)], enc_g, inv_g)
+                        else:
+                            mS[s_off] = Uint8(0)
 
         # Padding rows (each group's rows up to its next multiple of 128, and every row after the
         # last group) by whole chunks: a lane zeroes the rows of one 16-byte line of a chunk that
@@ -259,25 +247,16 @@ class QuantizeGroupedKernel:
         return begin
 
     @cute.jit
-    def row_of(self, m: Int32, ends: cute.Tensor, starts: cute.Tensor, block_group: cute.Tensor, direct,
-               total: Int32, n_groups: Int32, t_rows: Int32):
-        """Group of scale row m and its input row (t_rows where the scale row is padding)."""
+    def group_of(self, row: Int32, ends: cute.Tensor, n_groups: Int32) -> Int32:
+        """Group of input row `row` (below the last group's end): the number of group ends at or
+        before it, so empty groups are passed over."""
         g = Int32(0)
-        row = t_rows
-        if m < total:
-            if direct:
-                g = Int32(block_group[m // SWIZZLE_ROWS])
-            else:
-                # Largest g with starts[g] <= m: the non-empty group whose block holds m.
-                for step in cutlass.range_constexpr(SEARCH_STEPS):
-                    nxt = g + (MAX_GROUPS >> (step + 1))
-                    if nxt < n_groups:
-                        if starts[skew(nxt)] <= m:
-                            g = nxt
-            r = self.first_row(ends, g) + (m - starts[skew(g)])
-            if r < ends[skew(g)]:
-                row = r
-        return g, row
+        for step in cutlass.range_constexpr(SEARCH_STEPS):  # steps of 512, 256, ..., 1: up to MAX_GROUPS - 1
+            nxt = g + (MAX_GROUPS >> (step + 1))
+            if nxt <= n_groups:
+                if ends[skew(nxt - 1)] <= row:
+                    g = nxt
+        return g
 
     @cute.jit
     def group_table(self, mSO: cute.Tensor, ends: cute.Tensor, starts: cute.Tensor,
