@@ -1,5 +1,6 @@
-"""SASS instruction counts of cached kernels (needs `cuobjdump`: the GPU runner, or `pip install
-nvidia-cuda-cuobjdump` here, which puts it under site-packages/nvidia/cu13/bin).
+"""SASS instruction counts of cached kernels (needs `cuobjdump` and the `nvdisasm` it runs: the GPU
+runner, or `pip install nvidia-cuda-cuobjdump nvidia-cuda-nvdisasm` here, which puts both under
+site-packages/nvidia/cu13/bin; put that on PATH).
 
 The kernels are fully unrolled, so instructions per element = SASS instructions of the kernel
 divided by the elements one thread handles; that is the ALU side of the bandwidth budget. Static
