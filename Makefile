@@ -39,12 +39,20 @@ test: lint install-example
 EXAMPLE := examples/kernelforge-silu-quant
 EXAMPLE_VENV := build/example-venv
 EXAMPLE_CACHE := build/example-cache
+OVERLAY_VENV := $(EXAMPLE)/ci/overlay_venv.py
 
-$(EXAMPLE_VENV)/.installed: $(BIN)/kernelforge $(EXAMPLE)/pyproject.toml $(EXAMPLE)/ci/overlay_venv.py
-	$(BIN)/python $(EXAMPLE)/ci/overlay_venv.py $(EXAMPLE_VENV)
-	$(EXAMPLE_VENV)/bin/python -m pip install -q --no-deps \
-		$$($(BIN)/python -c 'import setuptools' 2>/dev/null && echo --no-build-isolation) -e $(EXAMPLE)
-	touch $@
+# $(call install_overlay,VENV,PACKAGE,PINNED_DEPS): the overlay venv VENV on top of .venv, the pinned
+# requirements .venv lacks (if any), then PACKAGE editable; the recipe of VENV/.installed.
+define install_overlay
+	$(BIN)/python $(OVERLAY_VENV) $(1)
+	$(if $(3),$(1)/bin/python -m pip install -q --no-deps $(3))
+	$(1)/bin/python -m pip install -q --no-deps \
+		$$($(BIN)/python -c 'import setuptools' 2>/dev/null && echo --no-build-isolation) -e $(2)
+	touch $(1)/.installed
+endef
+
+$(EXAMPLE_VENV)/.installed: $(BIN)/kernelforge $(EXAMPLE)/pyproject.toml $(OVERLAY_VENV)
+	$(call install_overlay,$(EXAMPLE_VENV),$(EXAMPLE))
 
 install-example: $(EXAMPLE_VENV)/.installed
 
@@ -62,12 +70,8 @@ QUACK_VENV := build/quack-venv
 QUACK_CACHE := build/quack-cache
 QUACK_DEPS := quack-kernels==0.6.5 einops==0.8.2 triton==3.9.0
 
-$(QUACK_VENV)/.installed: $(BIN)/kernelforge $(QUACK)/pyproject.toml $(EXAMPLE)/ci/overlay_venv.py
-	$(BIN)/python $(EXAMPLE)/ci/overlay_venv.py $(QUACK_VENV)
-	$(QUACK_VENV)/bin/python -m pip install -q --no-deps $(QUACK_DEPS)
-	$(QUACK_VENV)/bin/python -m pip install -q --no-deps \
-		$$($(BIN)/python -c 'import setuptools' 2>/dev/null && echo --no-build-isolation) -e $(QUACK)
-	touch $@
+$(QUACK_VENV)/.installed: $(BIN)/kernelforge $(QUACK)/pyproject.toml $(OVERLAY_VENV)
+	$(call install_overlay,$(QUACK_VENV),$(QUACK),$(QUACK_DEPS))
 
 install-quack: $(QUACK_VENV)/.installed
 

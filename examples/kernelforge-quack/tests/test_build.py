@@ -16,6 +16,8 @@ from pathlib import Path
 import pytest
 from kf_quack.family import CROSS_ENTROPY, RMSNORM, SOFTMAX
 
+from kernelforge.testing import Explained, child_env, explain_json, run_cli
+
 PACKAGE_ROOT = Path(__file__).resolve().parents[1]
 NAMES = {RMSNORM: "quack_rmsnorm.bfloat16.float32.bfloat16.bfloat16.4096.aligned.sm_90a",
          SOFTMAX: "quack_softmax.float16.32768.aligned.sm_90a",
@@ -30,27 +32,14 @@ OPS_IMPORT = ("import json, sys\nimport kf_quack.ops\n"
               "print(json.dumps(sorted(m for m in sys.modules if m.split('.')[0] in ('cutlass', 'quack'))))\n")
 
 
-def env() -> dict[str, str]:
-    e = dict(os.environ)
-    e["PYTHONPATH"] = os.pathsep.join([str(PACKAGE_ROOT), *sys.path])
-    e.pop("KERNELFORGE_CACHE_DIR", None)
-    e["COLUMNS"] = "200"
-    return e
+def kf(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess:
+    return run_cli(*args, paths=[PACKAGE_ROOT], cwd=cwd)
 
 
-def kf(*args: str, importtime: bool = False, cwd: Path | None = None) -> subprocess.CompletedProcess:
-    cmd = [sys.executable, *(["-X", "importtime"] if importtime else []), "-m", "kernelforge", *args]
-    return subprocess.run(cmd, capture_output=True, text=True, env=env(), cwd=cwd)
-
-
-def explain(cache: Path, op: str, args: list[str]) -> tuple[int, dict | None, str, list[str]]:
-    """(exit code, JSON document or None, stderr, the cutlass/quack modules the process imported)."""
-    proc = kf("explain", op, *args, "align=256", "arch=sm_90a", DEVICE, "--cache", str(cache), "--format", "json",
-              importtime=True)
-    imported = [line.rsplit("|", 1)[1].strip() for line in proc.stderr.splitlines() if line.startswith("import time:")]
-    stderr = "\n".join(line for line in proc.stderr.splitlines() if not line.startswith("import time:"))
-    doc = json.loads(proc.stdout) if proc.stdout.strip() else None
-    return proc.returncode, doc, stderr, sorted({m for m in imported if m.split(".")[0] in ("cutlass", "quack")})
+def explain(cache: Path, op: str, args: list[str]) -> Explained:
+    """The call on a pretend H100, and the cutlass/quack modules the process imported."""
+    return explain_json(op, [*args, "align=256", "arch=sm_90a", DEVICE], cache, watch=("cutlass", "quack"),
+                        paths=[PACKAGE_ROOT])
 
 
 @pytest.fixture(scope="module")
@@ -108,7 +97,8 @@ def test_a_misaligned_input_is_refused_not_served(built):
 
 @pytest.mark.slow
 def test_the_ops_import_no_cutlass_or_quack(built):
-    proc = subprocess.run([sys.executable, "-c", OPS_IMPORT], capture_output=True, text=True, env=env())
+    proc = subprocess.run([sys.executable, "-c", OPS_IMPORT], capture_output=True, text=True,
+                          env=child_env(PACKAGE_ROOT))
     assert proc.returncode == 0, proc.stderr
     assert json.loads(proc.stdout.strip().splitlines()[-1]) == []
 

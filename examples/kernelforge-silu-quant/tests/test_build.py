@@ -16,6 +16,8 @@ from pathlib import Path
 import pytest
 from kf_silu_quant.family import OP
 
+from kernelforge.testing import Explained, child_env, explain_json, run_cli
+
 PACKAGE_ROOT = Path(__file__).resolve().parents[1]
 SELECTION = ["silu_mul_quantize.mxfp8.floor.linear.bfloat16.*.sm_90a.*",
              "silu_mul_quantize.nvfp4.none.swizzled.float16.aligned.sm_90a.*"]
@@ -45,24 +47,10 @@ OP_IMPORTS = ("import json, sys\n"
               "print(json.dumps(sorted(m for m in sys.modules if m.split('.')[0] == 'cutlass')))\n")
 
 
-def env() -> dict[str, str]:
-    e = dict(os.environ)
-    e["PYTHONPATH"] = os.pathsep.join([str(PACKAGE_ROOT), *sys.path])
-    e.pop("KERNELFORGE_CACHE_DIR", None)
-    e["COLUMNS"] = "200"
-    return e
-
-
-def explain(cache: Path, args: list[str]) -> tuple[int, dict | None, str, list[str]]:
-    """`kernelforge explain OP ARGS --format json` on a pretend H100: (exit code, its JSON document or
-    None, stderr, the cutlass modules the process imported, from -X importtime)."""
-    cmd = [sys.executable, "-X", "importtime", "-m", "kernelforge", "explain", OP, *args, "arch=sm_90a", DEVICE,
-           "--cache", str(cache), "--format", "json"]
-    proc = subprocess.run(cmd, capture_output=True, text=True, env=env())
-    imported = [line.rsplit("|", 1)[1].strip() for line in proc.stderr.splitlines() if line.startswith("import time:")]
-    stderr = "\n".join(line for line in proc.stderr.splitlines() if not line.startswith("import time:"))
-    doc = json.loads(proc.stdout) if proc.stdout.strip() else None
-    return proc.returncode, doc, stderr, sorted({m for m in imported if m.split(".")[0] == "cutlass"})
+def explain(cache: Path, args: list[str]) -> Explained:
+    """`kernelforge explain OP ARGS --format json` on a pretend H100, and the cutlass modules the
+    process imported."""
+    return explain_json(OP, [*args, "arch=sm_90a", DEVICE], cache, paths=[PACKAGE_ROOT])
 
 
 @pytest.mark.slow
@@ -78,10 +66,8 @@ def test_build_on_cpu_and_resolve_without_cutlass(family, tmp_path):
         pytest.skip("kf_silu_quant is importable but not installed: `kernelforge build` finds op families "
                     "through their entry points (pip install -e examples/kernelforge-silu-quant)")
     cache = Path(os.environ.get("KF_SILU_QUANT_TEST_CACHE") or tmp_path / "cache")
-    cmd = [sys.executable, "-m", "kernelforge", "build", "--cache", str(cache), "-j", "2"]
-    for glob in SELECTION:
-        cmd += ["--only", glob]
-    proc = subprocess.run(cmd, capture_output=True, text=True, env=env())
+    proc = run_cli("build", "--cache", str(cache), "-j", "2", *(a for glob in SELECTION for a in ("--only", glob)),
+                   paths=[PACKAGE_ROOT])
     assert proc.returncode == 0, proc.stdout + proc.stderr
 
     from kernelforge.build import toolchain_fingerprint as toolchain
@@ -100,7 +86,8 @@ def test_build_on_cpu_and_resolve_without_cutlass(family, tmp_path):
         assert key in by_key, f"{name}: no build keyed {key[:12]}\n{proc.stdout}"
         assert by_key[key].name == name and by_key[key].source_hash == src
 
-    res = subprocess.run([sys.executable, "-c", OP_IMPORTS], capture_output=True, text=True, env=env())
+    res = subprocess.run([sys.executable, "-c", OP_IMPORTS], capture_output=True, text=True,
+                         env=child_env(PACKAGE_ROOT))
     assert res.returncode == 0, res.stderr
     assert json.loads(res.stdout.strip().splitlines()[-1]) == []
 
