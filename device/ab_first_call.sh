@@ -5,16 +5,11 @@
 # Prints, per tree, min/median/max over KF_AB_RUNS processes of: import kernelforge + resolving the op
 # (import_ms), and the first quantize(x, "mxfp8") call to its synchronize (first_call_ms).
 set -uo pipefail
-REPO="$(cd "$(dirname "$0")/.." && pwd)"
-cd /tmp
-export PYTHONUNBUFFERED=1 KERNELFORGE_TRUSTED_KEYS="$REPO/.carry/keys/release.pub"
-unset KERNELFORGE_CACHE_DIR KERNELFORGE_ALLOW_UNSIGNED
+KF_INSTALL_LATER=1 source "$(dirname "$0")/wheel_node.sh"
 trees=()
 for dir in "$REPO"/.carry/ab/*/; do
   name="$(basename "$dir")"; trees+=("$name")
-  rm -rf "/tmp/site-$name"
-  python3 -m pip install -q --no-index --no-deps --no-cache-dir --target "/tmp/site-$name" \
-    "$REPO"/.carry/deps/*.whl "$dir"*.whl || exit 3
+  install_wheels "$dir" "/tmp/site-$name" || exit 3
 done
 CHILD='
 import sys, time, json, torch

@@ -10,30 +10,27 @@
 #   here: kernelforge build; kernelforge package --dist kernelforge --sign-key KEY --out .carry/<name>;
 #         pip wheel . (the tree's kernelforge wheel) and the plugin wheels of .carry/dist into it
 set -uo pipefail
-HERE="$(cd "$(dirname "$0")" && pwd)"
-REPO="$(cd "$HERE/.." && pwd)"
-OUT="${OUT:-/tmp/kf-out}"; mkdir -p "$OUT/ab"
+KF_INSTALL_LATER=1 source "$(dirname "$0")/wheel_node.sh"
+mkdir -p "$OUT/ab"
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
 read -r -a releases <<< "${KF_RELEASES:-.carry/dist .carry/dist-b}"
 rc=0
 for rel in "${releases[@]}"; do
-  name="$(basename "$rel")"
-  (KF_WHEELS="$REPO/$rel" SITE="/tmp/kf-site-$name" source "$HERE/wheel_node.sh") || exit 3
+  install_wheels "$REPO/$rel" "/tmp/kf-site-$(basename "$rel")" || exit 3
 done
 for rel in "${releases[@]:1}"; do
   name="$(basename "$rel")"
   [ "${KF_VALIDATE:-1}" = 1 ] || break
   echo "== validate $name"
-  (cd /tmp && PYTHONPATH="/tmp/kf-site-$name" KERNELFORGE_TRUSTED_KEYS="$REPO/.carry/keys/release.pub" \
-    python3 -m kernelforge validate 2>&1 | tee "$OUT/validate_$name.log" | tail -1; exit "${PIPESTATUS[0]}") || rc=1
+  PYTHONPATH="/tmp/kf-site-$name" python3 -m kernelforge validate 2>&1 | tee "$OUT/validate_$name.log" | tail -1
+  [ "${PIPESTATUS[0]}" = 0 ] || rc=1
 done
 for round in $(seq "${KF_ROUNDS:-3}"); do
   for rel in "${releases[@]}"; do
     name="$(basename "$rel")"
     # shellcheck disable=SC2086  # KF_SECTIONS: several section names
-    (cd /tmp && PYTHONPATH="/tmp/kf-site-$name" KERNELFORGE_TRUSTED_KEYS="$REPO/.carry/keys/release.pub" \
-      python3 "$REPO/benchmarks/run.py" --only ${KF_SECTIONS:-grouped} --no-evidence --no-append \
-      --out-dir "/tmp/kf-ab-$name" --json "$OUT/ab/$name.r$round.json" > "$OUT/ab/$name.r$round.log" 2>&1) \
+    PYTHONPATH="/tmp/kf-site-$name" python3 "$REPO/benchmarks/run.py" --only ${KF_SECTIONS:-grouped} --no-evidence \
+      --no-append --out-dir "/tmp/kf-ab-$name" --json "$OUT/ab/$name.r$round.json" > "$OUT/ab/$name.r$round.log" 2>&1 \
       || { echo "run.py failed: release $name, round $round"; tail -5 "$OUT/ab/$name.r$round.log"; rc=1; }
   done
 done

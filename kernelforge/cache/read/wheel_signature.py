@@ -16,7 +16,8 @@ distribution name matches $KERNELFORGE_ALLOW_UNSIGNED.
 Whether a SIGNATURE.json's signature verifies is a function of its bytes alone (it names its
 public key), so a process that verified one leaves a marker named by the document's sha256 in
 the writable cache layer (`v1/verified-signatures/`); a later process that finds the marker,
-opened under the cache's trust policy, skips the Ed25519 check and cryptography's import, and
+a regular file the cache's trust policy accepts (checked with lstat alone, never opened), skips
+the Ed25519 check and cryptography's import, and
 still checks that the key is trusted and that the statement covers the files present. Whoever
 could plant a marker could already write the cache, which is outside the threat model
 (docs/cache-and-security.md).
