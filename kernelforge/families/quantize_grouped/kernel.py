@@ -157,13 +157,13 @@ class QuantizeGroupedKernel:
         smem = cutlass.utils.SmemAllocator()
         ends = smem.allocate_tensor(Int32, cute.make_layout(TABLE), 16)
         starts = smem.allocate_tensor(Int32, cute.make_layout(TABLE), 16)
+        totals = smem.allocate_tensor(Int32, cute.make_layout(WARP), 16)  # per-warp scan totals
         n_groups = cutlass.min(mOff.shape[0], MAX_GROUPS)
         t_rows = mX.shape[0]
         for i in cutlass.range(tidx, n_groups, self.cfg.threads):
             ends[skew(i)] = mOff[i]  # the raw offsets, coalesced; group_table clamps them in place
         cute.arch.sync_threads()
-        if tidx < WARP:
-            self.group_table(mSO, ends, starts, n_groups, t_rows, tidx, bidx)
+        self.group_table(mSO, ends, starts, totals, n_groups, t_rows, tidx, bidx)
         cute.arch.sync_threads()
 
         total = starts[skew(n_groups)]
@@ -259,22 +259,24 @@ class QuantizeGroupedKernel:
         return g
 
     @cute.jit
-    def group_table(self, mSO: cute.Tensor, ends: cute.Tensor, starts: cute.Tensor,
-                    n_groups: Int32, t_rows: Int32, lane: Int32, bidx: Int32):
-        """One warp turns the raw offsets in `ends` into the clamped group ends, and fills `starts`
+    def group_table(self, mSO: cute.Tensor, ends: cute.Tensor, starts: cute.Tensor, totals: cute.Tensor,
+                    n_groups: Int32, t_rows: Int32, tidx: Int32, bidx: Int32):
+        """The CTA turns the raw offsets in `ends` into the clamped group ends, and fills `starts`
         (first scale row of group g; `starts[n_groups]` is the total); CTA 0 also writes `mSO`.
 
-        Lane l handles the groups [l*c, (l+1)*c); a max-scan and then a sum-scan over the lanes'
-        chunk results give each lane what precedes its chunk. Each lane reads and writes only
-        its own chunk, so no synchronization is needed between the passes.
+        Thread t handles the groups [t*c, (t+1)*c); a max-scan and then a sum-scan over the
+        threads' chunk results give each thread what precedes its chunk. Each thread reads and
+        writes only its own chunk between the scans. Every thread of the CTA takes part (one warp
+        alone walked 32 groups per lane, three times, at G = 1024 while the CTA's other warps
+        waited at the barrier).
         """
-        c = (n_groups + (WARP - 1)) // WARP
-        first = lane * c
+        c = (n_groups + (self.cfg.threads - 1)) // self.cfg.threads
+        first = tidx * c
         chunk_max = Int32(0)
         for i in cutlass.range(c):
             if first + i < n_groups:
                 chunk_max = cutlass.max(chunk_max, ends[skew(first + i)])
-        run = self.warp_exclusive(chunk_max, lane, True)  # max of the offsets before the chunk, >= 0
+        run = self.block_exclusive(chunk_max, tidx, totals, True)  # max of the offsets before the chunk, >= 0
         chunk_begin = cutlass.min(run, t_rows)  # = ends[first - 1], the chunk's first row
         prev = chunk_begin
         chunk_rows = Int32(0)  # scale rows of the chunk's blocks
@@ -285,7 +287,7 @@ class QuantizeGroupedKernel:
                 ends[skew(first + i)] = end
                 chunk_rows = chunk_rows + (end - prev + (SWIZZLE_ROWS - 1)) // SWIZZLE_ROWS * SWIZZLE_ROWS
                 prev = end
-        start = self.warp_exclusive(chunk_rows, lane, False)
+        start = self.block_exclusive(chunk_rows, tidx, totals, False)
         prev = chunk_begin
         for i in cutlass.range(c):
             if first + i < n_groups:
@@ -295,8 +297,34 @@ class QuantizeGroupedKernel:
                 end = ends[skew(first + i)]
                 start = start + (end - prev + (SWIZZLE_ROWS - 1)) // SWIZZLE_ROWS * SWIZZLE_ROWS
                 prev = end
+        if tidx == self.cfg.threads - 1:
+            starts[skew(n_groups)] = start  # the last thread's chunk ends at the total
+
+    @cute.jit
+    def block_exclusive(self, v: Int32, tidx: Int32, totals: cute.Tensor, take_max: cutlass.Constexpr[bool]) -> Int32:
+        """Exclusive max (identity 0, for values >= 0) or sum scan of `v` over the CTA's threads
+        (every thread must call it: it holds two barriers)."""
+        lane = tidx % WARP
+        warp = tidx // WARP
+        before = self.warp_exclusive(v, lane, take_max)
         if lane == WARP - 1:
-            starts[skew(n_groups)] = start  # the last lane's chunk ends at the total
+            if cutlass.const_expr(take_max):
+                totals[warp] = cutlass.max(before, v)
+            else:
+                totals[warp] = before + v
+        cute.arch.sync_threads()
+        prefix = Int32(0)
+        for j in cutlass.range_constexpr(self.cfg.threads // WARP - 1):
+            if j < warp:
+                if cutlass.const_expr(take_max):
+                    prefix = cutlass.max(prefix, totals[j])
+                else:
+                    prefix = prefix + totals[j]
+        cute.arch.sync_threads()  # the next scan writes `totals` again
+        result = prefix + before
+        if cutlass.const_expr(take_max):
+            result = cutlass.max(prefix, before)
+        return result
 
     @cute.jit
     def warp_exclusive(self, v: Int32, lane: Int32, take_max: cutlass.Constexpr[bool]) -> Int32:
