@@ -23,7 +23,8 @@ block starts (two warp scans over chunks of groups; CTA 0 also writes `scale_off
 warp then finds the group of each of its rows by binary search over the group ends. Offsets are
 made safe before use, whatever their values: `end[g] = clamp(max(offsets[0..g]), 0, T)`
 (monotonic, within x), and at most `MAX_GROUPS` groups are read; for valid offsets this is the
-identity. A second phase zeroes the padding scale rows by whole 16-byte lines of the swizzle chunks.
+identity. Each row also zeroes the padding rows of its group that share its 16-byte swizzle lines;
+a second phase zeroes the remaining padding by whole lines of the swizzle chunks.
 """
 from dataclasses import dataclass
 
@@ -189,6 +190,14 @@ class QuantizeGroupedKernel:
         for row in cutlass.range(bidx * warps + tidx // WARP, self.first_row(ends, n_groups), n_warps):
             g = self.group_of(row, ends, n_groups)
             m = starts[skew(g)] + (row - self.first_row(ends, g))
+            # The padding rows that share this row's 16-byte swizzle lines (rows m + 32, m + 64,
+            # m + 96 of its block, where the group has ended) are zeroed here, with the row's own
+            # scale bytes, so that each 32-byte sector is written whole at once. Left to the
+            # padding phase, the sectors were written in two halves far apart in time, and L2
+            # read each one back from DRAM to merge them (Nsight Compute: G = 1024 read 42 MB more
+            # than G = 64 for the same input).
+            left = ends[skew(g)] - row  # rows of the group from this one on, >= 1
+            in_block = m & (SWIZZLE_ROWS - 1)  # the row's place in its 128-row block
             # NVFP4: the row's global-scale factors once per row (warp-uniform), outside the block loop.
             enc_g, inv_g = shared_g
             if cutlass.const_expr(mG is not None):
@@ -211,12 +220,16 @@ class QuantizeGroupedKernel:
                             mS[s_off] = self.quantize_raw(raws[u], gQ[(0, None), (row, k)], enc_g, inv_g)
                         else:
                             mS[s_off] = Uint8(0)
+                        for d in cutlass.range_constexpr(1, SWIZZLE_ROWS // WARP):
+                            if d * WARP >= left and in_block + d * WARP < SWIZZLE_ROWS:
+                                mS[s_off + 4 * d] = Uint8(0)  # row m + 32 d: the next 4-byte slot of the line
 
         # Padding rows (each group's rows up to its next multiple of 128, and every row after the
-        # last group) by whole chunks: a lane zeroes the rows of one 16-byte line of a chunk that
-        # are padding, so a warp store covers 128 bytes in 4 lines, where the row loop's byte
-        # stores cover 32 bytes in 8 (docs/performance.md). Work items: each chunk of each
-        # group's last block, then of every block after the last group.
+        # last group) by whole chunks: a lane zeroes one 16-byte line of a chunk (rows lane,
+        # lane + 32, ... of 4 scale columns) that holds no row of data, so a warp store covers 128
+        # bytes in 4 lines, where the row loop's byte stores cover 32 bytes in 8
+        # (docs/performance.md); the padding in lines that hold data the row loop zeroed. Work
+        # items: each chunk of each group's last block, then of every block after the last group.
         chunk_cols = n_cols // 4
         s32 = cute.make_tensor(cute.recast_ptr(mS.iterator, dtype=Uint32), cute.make_layout(cute.size(mS) // 4))
         tail_blocks = (total_rows - total) // SWIZZLE_ROWS
@@ -231,12 +244,11 @@ class QuantizeGroupedKernel:
                 first = SWIZZLE_ROWS
                 if starts[skew(e + 1)] > data_end:
                     first = data_end - b * SWIZZLE_ROWS
-            if first < SWIZZLE_ROWS:
-                # The chunk's first word, then the lane's line (rows lane, lane + 32, ... of 4 scale columns).
+            if lane >= first:  # row `lane` of the block is padding, so are the line's other rows
+                # The chunk's first word, then the lane's line.
                 word = scale_offset(b * SWIZZLE_ROWS, 4 * (item - e * chunk_cols), n_cols, True) // 4 + lane * 4
-                for j in cutlass.range_constexpr(SWIZZLE_ROWS // WARP):  # rows lane, lane + 32, ...
-                    if j * WARP + lane >= first:
-                        s32[word + j] = Uint32(0)
+                for j in cutlass.range_constexpr(SWIZZLE_ROWS // WARP):
+                    s32[word + j] = Uint32(0)
 
     @cute.jit
     def first_row(self, ends: cute.Tensor, g: Int32) -> Int32:
