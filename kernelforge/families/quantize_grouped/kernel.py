@@ -23,7 +23,8 @@ block starts (two warp scans over chunks of groups; CTA 0 also writes `scale_off
 warp then finds the group of each of its rows by binary search over the group ends. Offsets are
 made safe before use, whatever their values: `end[g] = clamp(max(offsets[0..g]), 0, T)`
 (monotonic, within x), and at most `MAX_GROUPS` groups are read; for valid offsets this is the
-identity. A second phase zeroes the padding scale rows by whole 16-byte lines of the swizzle chunks.
+identity. Each row also zeroes the padding rows of its group that share its 16-byte swizzle lines;
+a second phase zeroes the remaining padding by whole lines of the swizzle chunks.
 """
 from dataclasses import dataclass
 
@@ -157,13 +158,13 @@ class QuantizeGroupedKernel:
         smem = cutlass.utils.SmemAllocator()
         ends = smem.allocate_tensor(Int32, cute.make_layout(TABLE), 16)
         starts = smem.allocate_tensor(Int32, cute.make_layout(TABLE), 16)
+        totals = smem.allocate_tensor(Int32, cute.make_layout(WARP), 16)  # per-warp scan totals
         n_groups = cutlass.min(mOff.shape[0], MAX_GROUPS)
         t_rows = mX.shape[0]
         for i in cutlass.range(tidx, n_groups, self.cfg.threads):
             ends[skew(i)] = mOff[i]  # the raw offsets, coalesced; group_table clamps them in place
         cute.arch.sync_threads()
-        if tidx < WARP:
-            self.group_table(mSO, ends, starts, n_groups, t_rows, tidx, bidx)
+        self.group_table(mSO, ends, starts, totals, n_groups, t_rows, tidx, bidx)
         cute.arch.sync_threads()
 
         total = starts[skew(n_groups)]
@@ -189,6 +190,14 @@ class QuantizeGroupedKernel:
         for row in cutlass.range(bidx * warps + tidx // WARP, self.first_row(ends, n_groups), n_warps):
             g = self.group_of(row, ends, n_groups)
             m = starts[skew(g)] + (row - self.first_row(ends, g))
+            # The padding rows that share this row's 16-byte swizzle lines (rows m + 32, m + 64,
+            # m + 96 of its block, where the group has ended) are zeroed here, with the row's own
+            # scale bytes, so that each 32-byte sector is written whole at once. Left to the
+            # padding phase, the sectors were written in two halves far apart in time, and L2
+            # read each one back from DRAM to merge them (Nsight Compute: G = 1024 read 42 MB more
+            # than G = 64 for the same input).
+            left = ends[skew(g)] - row  # rows of the group from this one on, >= 1
+            in_block = m & (SWIZZLE_ROWS - 1)  # the row's place in its 128-row block
             # NVFP4: the row's global-scale factors once per row (warp-uniform), outside the block loop.
             enc_g, inv_g = shared_g
             if cutlass.const_expr(mG is not None):
@@ -211,12 +220,16 @@ class QuantizeGroupedKernel:
                             mS[s_off] = self.quantize_raw(raws[u], gQ[(0, None), (row, k)], enc_g, inv_g)
                         else:
                             mS[s_off] = Uint8(0)
+                        for d in cutlass.range_constexpr(1, SWIZZLE_ROWS // WARP):
+                            if d * WARP >= left and in_block + d * WARP < SWIZZLE_ROWS:
+                                mS[s_off + 4 * d] = Uint8(0)  # row m + 32 d: the next 4-byte slot of the line
 
         # Padding rows (each group's rows up to its next multiple of 128, and every row after the
-        # last group) by whole chunks: a lane zeroes the rows of one 16-byte line of a chunk that
-        # are padding, so a warp store covers 128 bytes in 4 lines, where the row loop's byte
-        # stores cover 32 bytes in 8 (docs/performance.md). Work items: each chunk of each
-        # group's last block, then of every block after the last group.
+        # last group) by whole chunks: a lane zeroes one 16-byte line of a chunk (rows lane,
+        # lane + 32, ... of 4 scale columns) that holds no row of data, so a warp store covers 128
+        # bytes in 4 lines, where the row loop's byte stores cover 32 bytes in 8
+        # (docs/performance.md); the padding in lines that hold data the row loop zeroed. Work
+        # items: each chunk of each group's last block, then of every block after the last group.
         chunk_cols = n_cols // 4
         s32 = cute.make_tensor(cute.recast_ptr(mS.iterator, dtype=Uint32), cute.make_layout(cute.size(mS) // 4))
         tail_blocks = (total_rows - total) // SWIZZLE_ROWS
@@ -231,12 +244,11 @@ class QuantizeGroupedKernel:
                 first = SWIZZLE_ROWS
                 if starts[skew(e + 1)] > data_end:
                     first = data_end - b * SWIZZLE_ROWS
-            if first < SWIZZLE_ROWS:
-                # The chunk's first word, then the lane's line (rows lane, lane + 32, ... of 4 scale columns).
+            if lane >= first:  # row `lane` of the block is padding, so are the line's other rows
+                # The chunk's first word, then the lane's line.
                 word = scale_offset(b * SWIZZLE_ROWS, 4 * (item - e * chunk_cols), n_cols, True) // 4 + lane * 4
-                for j in cutlass.range_constexpr(SWIZZLE_ROWS // WARP):  # rows lane, lane + 32, ...
-                    if j * WARP + lane >= first:
-                        s32[word + j] = Uint32(0)
+                for j in cutlass.range_constexpr(SWIZZLE_ROWS // WARP):
+                    s32[word + j] = Uint32(0)
 
     @cute.jit
     def first_row(self, ends: cute.Tensor, g: Int32) -> Int32:
@@ -259,22 +271,24 @@ class QuantizeGroupedKernel:
         return g
 
     @cute.jit
-    def group_table(self, mSO: cute.Tensor, ends: cute.Tensor, starts: cute.Tensor,
-                    n_groups: Int32, t_rows: Int32, lane: Int32, bidx: Int32):
-        """One warp turns the raw offsets in `ends` into the clamped group ends, and fills `starts`
+    def group_table(self, mSO: cute.Tensor, ends: cute.Tensor, starts: cute.Tensor, totals: cute.Tensor,
+                    n_groups: Int32, t_rows: Int32, tidx: Int32, bidx: Int32):
+        """The CTA turns the raw offsets in `ends` into the clamped group ends, and fills `starts`
         (first scale row of group g; `starts[n_groups]` is the total); CTA 0 also writes `mSO`.
 
-        Lane l handles the groups [l*c, (l+1)*c); a max-scan and then a sum-scan over the lanes'
-        chunk results give each lane what precedes its chunk. Each lane reads and writes only
-        its own chunk, so no synchronization is needed between the passes.
+        Thread t handles the groups [t*c, (t+1)*c); a max-scan and then a sum-scan over the
+        threads' chunk results give each thread what precedes its chunk. Each thread reads and
+        writes only its own chunk between the scans. Every thread of the CTA takes part (one warp
+        alone walked 32 groups per lane, three times, at G = 1024 while the CTA's other warps
+        waited at the barrier).
         """
-        c = (n_groups + (WARP - 1)) // WARP
-        first = lane * c
+        c = (n_groups + (self.cfg.threads - 1)) // self.cfg.threads
+        first = tidx * c
         chunk_max = Int32(0)
         for i in cutlass.range(c):
             if first + i < n_groups:
                 chunk_max = cutlass.max(chunk_max, ends[skew(first + i)])
-        run = self.warp_exclusive(chunk_max, lane, True)  # max of the offsets before the chunk, >= 0
+        run = self.block_exclusive(chunk_max, tidx, totals, True)  # max of the offsets before the chunk, >= 0
         chunk_begin = cutlass.min(run, t_rows)  # = ends[first - 1], the chunk's first row
         prev = chunk_begin
         chunk_rows = Int32(0)  # scale rows of the chunk's blocks
@@ -285,7 +299,7 @@ class QuantizeGroupedKernel:
                 ends[skew(first + i)] = end
                 chunk_rows = chunk_rows + (end - prev + (SWIZZLE_ROWS - 1)) // SWIZZLE_ROWS * SWIZZLE_ROWS
                 prev = end
-        start = self.warp_exclusive(chunk_rows, lane, False)
+        start = self.block_exclusive(chunk_rows, tidx, totals, False)
         prev = chunk_begin
         for i in cutlass.range(c):
             if first + i < n_groups:
@@ -295,8 +309,34 @@ class QuantizeGroupedKernel:
                 end = ends[skew(first + i)]
                 start = start + (end - prev + (SWIZZLE_ROWS - 1)) // SWIZZLE_ROWS * SWIZZLE_ROWS
                 prev = end
+        if tidx == self.cfg.threads - 1:
+            starts[skew(n_groups)] = start  # the last thread's chunk ends at the total
+
+    @cute.jit
+    def block_exclusive(self, v: Int32, tidx: Int32, totals: cute.Tensor, take_max: cutlass.Constexpr[bool]) -> Int32:
+        """Exclusive max (identity 0, for values >= 0) or sum scan of `v` over the CTA's threads
+        (every thread must call it: it holds two barriers)."""
+        lane = tidx % WARP
+        warp = tidx // WARP
+        before = self.warp_exclusive(v, lane, take_max)
         if lane == WARP - 1:
-            starts[skew(n_groups)] = start  # the last lane's chunk ends at the total
+            if cutlass.const_expr(take_max):
+                totals[warp] = cutlass.max(before, v)
+            else:
+                totals[warp] = before + v
+        cute.arch.sync_threads()
+        prefix = Int32(0)
+        for j in cutlass.range_constexpr(self.cfg.threads // WARP - 1):
+            if j < warp:
+                if cutlass.const_expr(take_max):
+                    prefix = cutlass.max(prefix, totals[j])
+                else:
+                    prefix = prefix + totals[j]
+        cute.arch.sync_threads()  # the next scan writes `totals` again
+        result = prefix + before
+        if cutlass.const_expr(take_max):
+            result = cutlass.max(prefix, before)
+        return result
 
     @cute.jit
     def warp_exclusive(self, v: Int32, lane: Int32, take_max: cutlass.Constexpr[bool]) -> Int32:
