@@ -185,6 +185,8 @@ class QuantizeGroupedKernel:
         # rows fall in the first rows of the 128-row blocks (G = 1024: an eighth of the warps).
         warps = self.cfg.threads // WARP
         lane = tidx % WARP
+        d_lane = lane % 4  # the lane's column within its 4-column chunk (k = lane mod 32)
+        s32 = cute.make_tensor(cute.recast_ptr(mS.iterator, dtype=Uint32), cute.make_layout(cute.size(mS) // 4))
         unroll = max(1, self.row_bytes_in_flight // (self.block * mX.element_type.width // 8))
         n_warps = cute.arch.grid_dim()[0] * warps
         for row in cutlass.range(bidx * warps + tidx // WARP, self.first_row(ends, n_groups), n_warps):
@@ -196,8 +198,13 @@ class QuantizeGroupedKernel:
             # padding phase, the sectors were written in two halves far apart in time, and L2
             # read each one back from DRAM to merge them (Nsight Compute: G = 1024 read 42 MB more
             # than G = 64 for the same input).
+            # The lanes of one 4-column chunk split that: lane l (column l % 4 = d of its chunk,
+            # since k = l mod 32) zeroes the 32-bit slot of row m + 32 d, all 4 columns, if it is
+            # padding in this block, so each lane issues at most one extra store per scale byte.
             left = ends[skew(g)] - row  # rows of the group from this one on, >= 1
-            in_block = m & (SWIZZLE_ROWS - 1)  # the row's place in its 128-row block
+            pad_word = Int32(-1)  # the lane's padding word's offset from the row's scale byte, or -1
+            if d_lane > 0 and d_lane * WARP >= left and (m & (SWIZZLE_ROWS - 1)) + d_lane * WARP < SWIZZLE_ROWS:
+                pad_word = 3 * d_lane  # the line's slot of row m, then d_lane slots (4 bytes each) on
             # NVFP4: the row's global-scale factors once per row (warp-uniform), outside the block loop.
             enc_g, inv_g = shared_g
             if cutlass.const_expr(mG is not None):
@@ -220,9 +227,8 @@ class QuantizeGroupedKernel:
                             mS[s_off] = self.quantize_raw(raws[u], gQ[(0, None), (row, k)], enc_g, inv_g)
                         else:
                             mS[s_off] = Uint8(0)
-                        for d in cutlass.range_constexpr(1, SWIZZLE_ROWS // WARP):
-                            if d * WARP >= left and in_block + d * WARP < SWIZZLE_ROWS:
-                                mS[s_off + 4 * d] = Uint8(0)  # row m + 32 d: the next 4-byte slot of the line
+                        if pad_word >= 0:
+                            s32[(s_off + pad_word) >> 2] = Uint32(0)
 
         # Padding rows (each group's rows up to its next multiple of 128, and every row after the
         # last group) by whole chunks: a lane zeroes one 16-byte line of a chunk (rows lane,
@@ -233,7 +239,6 @@ class QuantizeGroupedKernel:
         # its chunks: the block's bounds are found once, not once per chunk (Nsight Compute, SASS
         # source page: per-chunk items spent 100 warp instructions each at G = 1024).
         chunk_words = SWIZZLE_ROWS * 4 // 4  # a 128x4 chunk of scale bytes, in 32-bit words
-        s32 = cute.make_tensor(cute.recast_ptr(mS.iterator, dtype=Uint32), cute.make_layout(cute.size(mS) // 4))
         tail_blocks = (total_rows - total) // SWIZZLE_ROWS
         for e in cutlass.range(bidx * warps + tidx // WARP, n_groups + tail_blocks, n_warps):
             b = total // SWIZZLE_ROWS + (e - n_groups)  # a block after the last group: all padding
