@@ -48,9 +48,10 @@ TABLE = MAX_GROUPS + MAX_GROUPS // WARP + 1  # skewed entries 0..MAX_GROUPS
 # has about one row and the tail is short (docs/performance.md).
 MAX_CTAS = {"mx": 2048, "nvfp4": 4096}
 # `offsets`: bytes of input each lane loads (whole blocks of a row) before it quantizes the first
-# of them (bf16: 8 blocks per lane for MX, 4 for NVFP4, whose conversion needs more registers, so
-# 8 blocks cost it occupancy; docs/performance.md).
-ROW_BYTES_IN_FLIGHT = {"mx": 512, "nvfp4": 128}
+# of them, per format (bf16: 8 blocks per lane for MXFP8, 4 for MXFP4 and NVFP4). More blocks in
+# flight cost registers and so CTAs per SM: NVFP4 at 8 blocks and MXFP4 at 8 blocks (194
+# registers, 2 CTAs of an SM) were slower, MXFP8 at 4 blocks too (docs/performance.md).
+ROW_BYTES_IN_FLIGHT = {"mxfp8": 512, "mxfp4": 256, "nvfp4": 128}
 
 
 @cute.jit
@@ -85,7 +86,7 @@ class QuantizeGroupedKernel:
         self.swizzled = cfg.layout == "swizzled"
         self.experts = cfg.grouping == "experts"
         family = "nvfp4" if self.q.nvfp4 else "mx"
-        self.row_bytes_in_flight = ROW_BYTES_IN_FLIGHT[family]
+        self.row_bytes_in_flight = ROW_BYTES_IN_FLIGHT[cfg.fmt.name]
         self.max_ctas = MAX_CTAS[family]
 
     @cute.jit
