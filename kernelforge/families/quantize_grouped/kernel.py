@@ -18,9 +18,9 @@ only the mapping from a scale row to an input row differs.
 
 For `offsets` at most `MAX_CTAS` CTAs (per format) loop over the input rows that belong to a
 group, a warp per row and its lanes over the row's scale columns. Each CTA first stages the
-offsets in shared memory and its first warp turns them into per-group row ranges and padded
-block starts (two warp scans over chunks of groups; CTA 0 also writes `scale_offsets`); each
-warp then finds the group of each of its rows by binary search over the group ends. Offsets are
+offsets in shared memory and all its threads turn them into per-group row ranges and padded
+block starts (two block-wide scans over chunks of groups; CTA 0 also writes `scale_offsets`);
+each warp then finds the group of each of its rows by binary search over the group ends. Offsets are
 made safe before use, whatever their values: `end[g] = clamp(max(offsets[0..g]), 0, T)`
 (monotonic, within x), and at most `MAX_GROUPS` groups are read; for valid offsets this is the
 identity. Each row also zeroes the padding rows of its group that share its 16-byte swizzle lines;
@@ -239,7 +239,7 @@ class QuantizeGroupedKernel:
         # takes a whole block (each group's last, then every block after the last group) and walks
         # its chunks: the block's bounds are found once, not once per chunk (Nsight Compute, SASS
         # source page: per-chunk items spent 100 warp instructions each at G = 1024).
-        chunk_words = SWIZZLE_ROWS * 4 // 4  # a 128x4 chunk of scale bytes, in 32-bit words
+        chunk_words = SWIZZLE_ROWS  # a 128x4 chunk of scale bytes is this many 32-bit words
         tail_blocks = (total_rows - total) // SWIZZLE_ROWS
         for e in cutlass.range(bidx * warps + tidx // WARP, n_groups + tail_blocks, n_warps):
             b = total // SWIZZLE_ROWS + (e - n_groups)  # a block after the last group: all padding
