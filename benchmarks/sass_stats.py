@@ -4,8 +4,9 @@ site-packages/nvidia/cu13/bin; put that on PATH).
 
 The kernels are fully unrolled, so instructions per element = SASS instructions of the kernel
 divided by the elements one thread handles; that is the ALU side of the bandwidth budget. Static
-counts: every branch is counted, taken or not. Registers per thread come from `cuobjdump -res-usage`
-(they set how many CTAs fit on an SM).
+counts: every branch is counted, taken or not. Registers per thread and the stack frame come from
+`cuobjdump -res-usage`: registers set how many CTAs fit on an SM, and a stack frame is local memory
+(spills or arrays ptxas could not keep in registers) that each thread reads back through L1.
 Usage: PYTHONPATH=. python benchmarks/sass_stats.py [NAME_GLOB ...]
 """
 from __future__ import annotations
@@ -47,11 +48,12 @@ def elements_per_thread(entry: dict) -> int | None:
     return int(v["axes"]["elements"])
 
 
-def registers(cubin: Path) -> int:
-    """Registers per thread of the cubin's kernel (cuobjdump -res-usage)."""
+def resources(cubin: Path) -> tuple[int, int]:
+    """Registers per thread and stack-frame bytes of the cubin's kernel (cuobjdump -res-usage;
+    (-1, 0) if it prints none)."""
     out = subprocess.run(["cuobjdump", "-res-usage", str(cubin)], capture_output=True, text=True).stdout
-    found = re.search(r"REG:(\d+)", out)
-    return int(found.group(1)) if found else -1
+    found = re.search(r"REG:(\d+) STACK:(\d+)", out)
+    return (int(found.group(1)), int(found.group(2))) if found else (-1, 0)
 
 
 def embedded_cubins(so: Path, out_dir: Path) -> list[Path]:
@@ -88,11 +90,12 @@ def main() -> None:
         ops = Counter(m.group(2).split(".")[0] for m in INSTR.finditer(sass))
         n = sum(ops.values()) - ops.get("NOP", 0)
         ept = elements_per_thread(e)
-        regs = max((registers(c) for c in cubins), default=-1)
-        rows.append((e["name"], n, ept, regs, ops.most_common(8)))
-    for name, n, ept, regs, top in sorted(rows):
+        regs, stack = max((resources(c) for c in cubins), default=(-1, 0))
+        rows.append((e["name"], n, ept, regs, stack, ops.most_common(8)))
+    for name, n, ept, regs, stack, top in sorted(rows):
         per = f"/ {ept:3d} elements = {n / ept:5.1f} per element" if ept else "(loops over rows)"
-        print(f"{name:70} {n:5d} SASS instr {per}, {regs} registers; top {top}")
+        frame = f", {stack}-byte stack frame" if stack else ""
+        print(f"{name:70} {n:5d} SASS instr {per}, {regs} registers{frame}; top {top}")
 
 
 if __name__ == "__main__":
