@@ -80,11 +80,18 @@ def ncu_path() -> str | None:
                                         if os.access(p, os.X_OK)), None)
 
 
-def profile(spec: str, ncu: str, timeout: float = 120.0) -> list[dict[str, float]]:
-    """The METRICS values (by short name) of every kernel one case launches, in launch order (one
-    `ncu` process per case: a case may launch more than one kernel)."""
+# ncu reports times and byte counts in the unit it picks: factors to microseconds and to bytes.
+TIME_UNITS = {"ns": 1e-3, "nsecond": 1e-3, "us": 1.0, "usecond": 1.0, "ms": 1e3, "msecond": 1e3,
+              "s": 1e6, "second": 1e6}
+BYTE_UNITS = {"byte": 1.0, "Kbyte": 1e3, "Mbyte": 1e6, "Gbyte": 1e9, "Tbyte": 1e12}
+
+
+def profile(spec: str, ncu: str, timeout: float = 120.0, metrics: dict[str, str] = METRICS) -> list[dict[str, float]]:
+    """The values of `metrics` (ncu metric name -> short name; default METRICS) of every kernel one
+    case launches, by short name, in launch order (one `ncu` process per case: a case may launch
+    more than one kernel). Times are in microseconds, byte counts in bytes."""
     cmd = [ncu, "--clock-control", "none", "--nvtx", "--nvtx-include", "kf/", "--csv",
-           "--metrics", ",".join(METRICS), sys.executable, str(HERE / "profile_kernels.py"), spec]
+           "--metrics", ",".join(metrics), sys.executable, str(HERE / "profile_kernels.py"), spec]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
     rows = [r for r in csv.reader(io.StringIO(proc.stdout)) if len(r) > 10]
     if not rows:
@@ -93,15 +100,22 @@ def profile(spec: str, ncu: str, timeout: float = 120.0) -> list[dict[str, float
     iid, imetric, ivalue, iunit = (head.index(k) for k in ("ID", "Metric Name", "Metric Value", "Metric Unit"))
     by_id: dict[str, dict[str, float]] = {}
     for r in rows[1:]:
-        name = METRICS.get(r[imetric])
+        name = metrics.get(r[imetric])
         if name is None:
             continue
         value = float(r[ivalue].replace(",", "") or "nan")
-        if name == "time":  # ncu reports it in the unit it picks
-            value *= {"ns": 1e-3, "nsecond": 1e-3, "us": 1.0, "usecond": 1.0, "ms": 1e3, "msecond": 1e3,
-                      "s": 1e6, "second": 1e6}[r[iunit]]
+        if name == "time":
+            value *= TIME_UNITS[r[iunit]]
+        elif r[iunit] in BYTE_UNITS:
+            value *= BYTE_UNITS[r[iunit]]
         by_id.setdefault(r[iid], {})[name] = value
     return [by_id[k] for k in sorted(by_id, key=int)]
+
+
+def top_stalls(kernel: dict[str, float], n: int) -> list[tuple[str, float]]:
+    """The kernel's n largest stall reasons (name, warps per issued instruction), largest first."""
+    return sorted(((k[len("stall_"):], v) for k, v in kernel.items() if k.startswith("stall_")),
+                  key=lambda kv: -kv[1])[:n]
 
 
 def evidence_rows(res: dict, pct: float, min_m: int) -> list[dict]:
@@ -121,8 +135,7 @@ def evidence_rows(res: dict, pct: float, min_m: int) -> list[dict]:
             out.append({"target": target, "case": case, "error": str(exc)[:300]})
             continue
         main = max(kernels, key=lambda m: m.get("time") or 0.0)
-        stalls = sorted(((k[len("stall_"):], v) for k, v in main.items() if k.startswith("stall_")),
-                        key=lambda kv: -kv[1])[:3]
+        stalls = top_stalls(main, 3)
         instructions = sum(m.get("thread_instructions") or 0.0 for m in kernels)
         out.append({"target": target, "case": case, "kernels": len(kernels),
                     "us": sum(m.get("time") or 0.0 for m in kernels), "dram_pct": main.get("dram_pct"),
@@ -156,3 +169,33 @@ def markdown(rows: list[dict], device: str) -> list[str]:
                      f"{f(r['registers'], '{:.0f}')} | "
                      f"{f(r['instructions_per_element'], '{:.2f}')} | {stalls} |")
     return lines
+
+
+# The counters `python benchmarks/evidence.py CASE ...` prints besides METRICS (device/ncu_release.sh).
+COUNTERS = {**METRICS, "dram__bytes_read.sum": "dram_read", "dram__bytes_write.sum": "dram_write",
+            "launch__grid_size": "grid", "smsp__inst_executed.sum": "warp_instructions"}
+
+
+def main() -> None:
+    """Each case's kernels under Nsight Compute, a line each: time, DRAM bytes, occupancy,
+    registers, grid, warp instructions and the four largest stalls."""
+    import argparse
+
+    ap = argparse.ArgumentParser(description=main.__doc__.splitlines()[0])
+    ap.add_argument("cases", nargs="+", help="profile_kernels.py cases, e.g. grouped:nvfp4:16384:7168:1024")
+    ap.add_argument("--label", default="", help="a word put before each line (the release's name)")
+    args = ap.parse_args()
+    ncu = ncu_path()
+    if ncu is None:
+        sys.exit("ncu: not found on PATH or in the usual CUDA folders")
+    for case in args.cases:
+        for k in profile(case, ncu, metrics=COUNTERS):
+            print(f"{args.label} {case} | {k['time']:.1f} us | DRAM read {k['dram_read'] / 1e6:.1f} MB "
+                  f"write {k['dram_write'] / 1e6:.1f} MB | occupancy {k['achieved_occupancy_pct']:.1f} / "
+                  f"{k['theoretical_occupancy_pct']:.1f} | regs {k['registers']:.0f} grid {k['grid']:.0f} | "
+                  f"warp inst {k['warp_instructions'] / 1e6:.2f} M | "
+                  + ", ".join(f"{name} {v:.2f}" for name, v in top_stalls(k, 4)))
+
+
+if __name__ == "__main__":
+    main()

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import stat
+import subprocess
 import sys
 from pathlib import Path
 
@@ -66,3 +67,33 @@ def test_without_ncu_each_row_says_so(monkeypatch, tmp_path) -> None:
     rows = evidence.evidence_rows(RUN, 90.0, 4096)
     assert rows and all(r["error"] == "ncu not found" for r in rows)
     assert "not profiled: ncu not found" in "\n".join(evidence.markdown(rows, "x"))
+
+
+def test_the_counters_command_names_each_case_and_scales_units(tmp_path) -> None:
+    """`python benchmarks/evidence.py CASE ...` (device/ncu_release.sh): one ncu process per case,
+    times and byte counts in the units ncu picked scaled to microseconds and bytes."""
+    fake = tmp_path / "ncu"
+    counters = list(evidence.COUNTERS)
+    fake.write_text(f"""#!{sys.executable}
+import sys
+case = sys.argv[-1]
+print('"ID","Process ID","Kernel Name","Context","Stream","Block Size","Grid Size","Device","CC","Section Name","Metric Name","Metric Unit","Metric Value"')
+for m in {counters!r}:
+    unit, value = {{"gpu__time_duration.sum": ("msecond", "0.18"), "dram__bytes_read.sum": ("Mbyte", "238.8"),
+                    "dram__bytes_write.sum": ("Gbyte", "0.116")}}.get(m, ("", "4096" if "grid" in m else "2"))
+    if "long_scoreboard" in m:
+        value = "7.5" if case.endswith(":1024") else "3.5"
+    print(f'"0","1","k","1","7","(128, 1, 1)","(4096, 1, 1)","0","9.0","Command line profiler metrics","{{m}}","{{unit}}","{{value}}"')
+""")
+    fake.chmod(fake.stat().st_mode | stat.S_IEXEC)
+    env = {**os.environ, "PATH": f"{tmp_path}{os.pathsep}{os.environ['PATH']}"}
+    cases = ["grouped:nvfp4:16384:7168:1024", "grouped:nvfp4:16384:7168:64"]
+    proc = subprocess.run([sys.executable, str(REPO / "benchmarks" / "evidence.py"), "--label", "rel", *cases],
+                          capture_output=True, text=True, env=env)
+    assert proc.returncode == 0, proc.stderr
+    lines = proc.stdout.splitlines()
+    assert [line.split(" | ")[0] for line in lines] == [f"rel {c}" for c in cases]
+    assert "| 180.0 us | DRAM read 238.8 MB write 116.0 MB |" in lines[0]
+    assert "grid 4096" in lines[0] and "warp inst 0.00 M" in lines[0]
+    assert lines[0].endswith("long_scoreboard 7.50, lg_throttle 2.00, math_pipe_throttle 2.00, wait 2.00")
+    assert "long_scoreboard 3.50" in lines[1]
