@@ -6,7 +6,9 @@
 # samples and executed instructions) is written to $OUT/sass_<n>.csv, the nth case.
 # Summarize here with `python benchmarks/sass_hotspots.py sass_<n>.csv`.
 set -uo pipefail
-KF_WHEELS="$(cd "$(dirname "$0")/.." && pwd)/${KF_RELEASE:-.carry/dist}" source "$(dirname "$0")/wheel_node.sh"
+KF_INSTALL_LATER=1 source "$(dirname "$0")/wheel_node.sh"
+install_wheels "$REPO/${KF_RELEASE:-.carry/dist}" /tmp/kf-site || exit 3
+export PYTHONPATH=/tmp/kf-site
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
 rc=0
 n=0

@@ -42,8 +42,9 @@ MAX_GROUPS = 1024  # groups of one `offsets` call (shared-memory tables of MAX_G
 SEARCH_STEPS = MAX_GROUPS.bit_length() - 1
 WARP = 32
 TABLE = MAX_GROUPS + MAX_GROUPS // WARP + 1  # skewed entries 0..MAX_GROUPS
-# `offsets` CTAs loop over the scale rows (grid-stride) so that each builds its group table
-# once for many rows, at most this many per format (2048 is best for MX; docs/performance.md).
+# `offsets` CTAs loop over the groups' input rows and the padding blocks (grid-stride) so that each
+# builds its group table once for many rows, at most this many per format (2048 is best for MX;
+# docs/performance.md).
 # NVFP4 (80 registers, 6 CTAs of an SM) ends in a partial wave at 2048 CTAs; with 4096 each warp
 # has about one row and the tail is short (docs/performance.md).
 MAX_CTAS = {"mx": 2048, "nvfp4": 4096}
@@ -112,8 +113,8 @@ class QuantizeGroupedKernel:
         threads = self.cfg.threads
         grid = (total_rows * n_cols + (threads - 1)) // threads
         if cutlass.const_expr(not self.experts):
-            # A warp per scale row; at least one CTA (with no scale byte at all it still writes
-            # scale_offsets), at most max_ctas.
+            # As many warps as scale rows, at least one CTA (with no scale byte at all it still
+            # writes scale_offsets), at most max_ctas.
             warps = threads // WARP
             grid = cutlass.min(cutlass.max((total_rows + (warps - 1)) // warps, 1), self.max_ctas)
         self.kernel(mX, mOff, mQ, mS, mSO, mG, n_rows, total_rows, n_cols).launch(
