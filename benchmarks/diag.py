@@ -80,14 +80,19 @@ def timed(name, fn, depth=None):
 
 FIRST_CALL_OPS = ("quantize", "dual", "rht", "rmsnorm")
 FIRST = 7  # first-call stages up to and including the first call's synchronize
+FIRST_SPLIT = ("resolve (candidates, tuning table)", "load (runtime library, module)", "checks + launch")
 
 
 def first_call(args: argparse.Namespace) -> None:
     """One process: torch imported and a CUDA tensor made before the clock starts (as in
     bench_startup.py), then the milliseconds of each stage: the package, the op families and spec
-    schema, the runtime (cache, dispatch, loader), the op modules with their torch.library
-    registrations (`registration` splits those by entry point), resolving and loading the kernel,
-    the first launch with its synchronize, and the first calls of further ops. The last line is JSON."""
+    schema, the runtime modules (cache, dispatch, loader), the op modules with their torch.library
+    registrations (what the first `kernelforge.<op>` attribute imports; `registration` splits those
+    by entry point), the cache layers and dispatch table, the first call until it returns (the
+    launch queued) with its synchronize, and the first calls of further ops. The first call is
+    also split (`first_split_ms`) into resolving the build (candidates, tuning table), loading it
+    (the verified runtime library and module) and the rest (argument checks, outputs, launch).
+    The last line is JSON."""
     import resource
 
     import torch
@@ -104,20 +109,41 @@ def first_call(args: argparse.Namespace) -> None:
 
     import kernelforge
     mark("import kernelforge")
-    import kernelforge.registry  # noqa: F401
-    mark("families + spec schema")
+    import kernelforge.registry as registry
+    registry.builtin_api()
+    mark("op families + spec schema")
     import kernelforge.ops.launch as c
-    mark("ops._common (cache, dispatch, loader)")
-    import kernelforge.ops  # noqa: F401
-    mark("op modules + registration")
+    mark("runtime modules (cache, dispatch, loader)")
+    kernelforge.quantize  # noqa: B018 - the first public attribute imports and registers every built-in op
+    mark("op modules + torch.library registration")
+    c.dispatch_table()
+    mark("cache layers + dispatch table")
+    import kernelforge.runtime.dispatch as dispatch
+    import kernelforge.runtime.layer_reader as layer_reader
+
+    spent = {"resolve": 0.0, "load": 0.0}
+
+    def timed(name, fn):
+        def wrapper(*a, **k):
+            t = time.perf_counter()
+            try:
+                return fn(*a, **k)
+            finally:
+                spent[name] += (time.perf_counter() - t) * 1e3
+        return wrapper
+
+    resolve, load = dispatch.DispatchTable.resolve, layer_reader.load_function
+    dispatch.DispatchTable.resolve = timed("resolve", resolve)
+    layer_reader.load_function = timed("load", load)  # the name LayerReader.load calls
     calls = {"quantize": lambda: kernelforge.quantize(x, "mxfp8"),
              "dual": lambda: kernelforge.quantize(x, "mxfp8", columnwise=True),
              "rht": lambda: kernelforge.quantize_nvfp4_rht(x),
              "rmsnorm": lambda: kernelforge.rmsnorm_quantize(x, w, "mxfp8")}
-    c.dispatch_table()
-    mark("cache root + dispatch table")
+    t_call = time.perf_counter()
     calls[args.op]()
     mark(f"first {args.op} call (launch queued)")
+    first_ms = (time.perf_counter() - t_call) * 1e3
+    dispatch.DispatchTable.resolve, layer_reader.load_function = resolve, load
     torch.cuda.synchronize()
     mark("synchronize")
     first_cpu_ms = 1e3 * (time.process_time() - cpu0)  # CPU time of the process (all threads) so far
@@ -125,6 +151,7 @@ def first_call(args: argparse.Namespace) -> None:
     usage = {"user_ms": 1e3 * (use1.ru_utime - use0.ru_utime), "sys_ms": 1e3 * (use1.ru_stime - use0.ru_stime),
              "minor_faults": use1.ru_minflt - use0.ru_minflt, "major_faults": use1.ru_majflt - use0.ru_majflt,
              "involuntary_switches": use1.ru_nivcsw - use0.ru_nivcsw}
+    split = dict(zip(FIRST_SPLIT, (spent["resolve"] - spent["load"], spent["load"], first_ms - spent["resolve"])))
     calls[args.op]()
     torch.cuda.synchronize()
     mark(f"second {args.op} call + sync")
@@ -142,9 +169,27 @@ def first_call(args: argparse.Namespace) -> None:
     rows = [(name, 1e3 * (b - a)) for (_, a), (name, b) in zip(marks, marks[1:])]
     for name, ms in rows:
         print(f"  {name:42} {ms:8.3f} ms")
+    for name, ms in split.items():
+        print(f"    of the first call: {name:32} {ms:8.3f} ms")
     print(f"  {'(CPU time up to the first synchronize)':42} {first_cpu_ms:8.3f} ms")
-    print(json.dumps({"op": args.op, "stages_ms": dict(rows),
+    print(json.dumps({"op": args.op, "stages_ms": dict(rows), "first_split_ms": split,
                       "first_cpu_ms": first_cpu_ms, "first_usage": usage}))
+
+
+def first_call_children(op: str, runs: int, envs: dict[str, dict[str, str]] | None = None,
+                        preexec_fn=None) -> dict[str, list[dict]]:
+    """`first-call --op op` in `runs` fresh processes per environment of `envs` (name -> the
+    environment; default: this one), alternated; each child's parsed JSON, per environment."""
+    envs = envs or {"": os.environ.copy()}
+    out: dict[str, list[dict]] = {name: [] for name in envs}
+    for _ in range(runs):
+        for name, env in envs.items():
+            proc = subprocess.run([sys.executable, str(Path(__file__).resolve()), "first-call", "--op", op],
+                                  capture_output=True, text=True, cwd="/", env=env, preexec_fn=preexec_fn)
+            if proc.returncode != 0:
+                raise RuntimeError(f"diag.py first-call failed (exit {proc.returncode}):\n{proc.stderr[-3000:]}")
+            out[name].append(json.loads(proc.stdout.strip().splitlines()[-1]))
+    return out
 
 
 def startup_modes(args: argparse.Namespace) -> None:
@@ -159,11 +204,10 @@ def startup_modes(args: argparse.Namespace) -> None:
     pin = (lambda: os.sched_setaffinity(0, cpus)) if cpus else None
     rows, cpu_ms, usage = [], [], []
     for _ in range(args.runs):
-        proc = subprocess.run([sys.executable, str(Path(__file__).resolve()), "first-call", "--op", args.op],
-                              capture_output=True, text=True, cwd="/", preexec_fn=pin)
-        if proc.returncode != 0:
-            sys.exit(f"diag.py first-call failed (exit {proc.returncode}):\n{proc.stderr[-3000:]}")
-        result = json.loads(proc.stdout.strip().splitlines()[-1])
+        try:
+            [result] = first_call_children(args.op, 1, preexec_fn=pin)[""]
+        except RuntimeError as exc:
+            sys.exit(str(exc))
         rows.append(result["stages_ms"])
         cpu_ms.append(result["first_cpu_ms"])
         usage.append(result["first_usage"])
@@ -636,6 +680,56 @@ EAGER_CASES = (("quantize", "mxfp8", 0), ("quantize", "nvfp4", 0), ("grouped", "
                ("grouped", "mxfp8", 1024), ("grouped", "nvfp4", 8), ("grouped", "nvfp4", 1024))
 
 
+def eager_split_row(op: str, fmt: str, g: int, xs: list, gen=None) -> dict:
+    """One case of `eager-split` (see there): op "quantize" (g = 0) or "grouped" with g groups of
+    random sizes over the rows of the inputs `xs` (`_timing.rotating_inputs`), out= given; us per
+    call: host, direct, eager, graph1, b2b, the kernels' own times (a list), and `call` (a function
+    of x making that call, for profiling it further)."""
+    import torch
+
+    import kernelforge
+    from _timing import eager_event_us, graph_us, host_us
+    from kernelforge.ops import fast_path
+
+    t = xs[0].shape[0]
+    a = {} if fmt == "nvfp4" else {"scale_mode": "floor"}
+    if op == "quantize":
+        out = kernelforge.quantize(xs[0], fmt, layout="swizzled", **a)
+
+        def call(x):
+            return kernelforge.quantize(x, fmt, layout="swizzled", out=out, **a)
+    else:
+        gen = gen if gen is not None else torch.Generator().manual_seed(0)
+        sizes = torch.multinomial(torch.ones(g), t, replacement=True, generator=gen).bincount(minlength=g)
+        offs = sizes.cumsum(0).to(torch.int32).cuda()
+        out = kernelforge.quantize_grouped(xs[0], offs, fmt, **a)
+
+        def call(x):
+            return kernelforge.quantize_grouped(x, offs, fmt, out=out, **a)
+    it = iter(range(10**9))
+    b2b = graph_us(lambda: call(xs[next(it) % len(xs)]))
+    gr = torch.cuda.CUDAGraph()
+    call(xs[0])
+    torch.cuda.synchronize()
+    with torch.cuda.graph(gr):
+        call(xs[0])
+    graph1 = eager_event_us(lambda _x: gr.replay(), xs)
+    eager = eager_event_us(call, xs)
+    host = host_us(lambda: call(xs[0]), n=10, loops=20)
+    # the loaded kernel function alone (TVM-FFI call + launch), from the out= fast path's memo
+    hit = next(h for k, h in fast_path.fast_calls.items() if k[0] == ("quantize_grouped" if g else "quantize")
+               and k[1] == xs[0].shape and k[5] == fmt and h.out_spans)
+    fn_args = (xs[0], out[0], out[1], hit.arg) if not g else (xs[0], offs, *out, hit.arg)
+    direct = host_us(lambda: hit.fn(*fn_args), n=10, loops=20)
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
+        for x in xs[:4]:
+            call(x)
+        torch.cuda.synchronize()
+    kernel = [e.device_time_total / 4 for e in prof.key_averages() if e.device_time_total > 0]
+    return {"case": f"{op} {fmt}" + (f" G={g}" if g else ""), "host_us": host, "direct_us": direct,
+            "eager_us": eager, "graph1_us": graph1, "b2b_us": b2b, "kernel_us": kernel, "call": call}
+
+
 def eager_split(args: argparse.Namespace) -> None:
     """Where an eager call's time goes, for plain quantize and quantize_grouped (16384x7168 bf16,
     out= given), us: `host` the Python call's own time (calls queued back to back, `host_us`),
@@ -652,56 +746,19 @@ def eager_split(args: argparse.Namespace) -> None:
 
     import torch
 
-    import kernelforge
-    from _timing import eager_event_us, graph_us, host_us, rotating_inputs
+    from _timing import rotating_inputs
 
-    t, k = args.t, args.k
-    xs = rotating_inputs(t, k)
+    xs = rotating_inputs(args.t, args.k)
     gen = torch.Generator().manual_seed(0)
     for op, fmt, g in EAGER_CASES:
-        a = {} if fmt == "nvfp4" else {"scale_mode": "floor"}
-        if op == "quantize":
-            out = kernelforge.quantize(xs[0], fmt, layout="swizzled", **a)
-
-            def call(x, out=out, fmt=fmt, a=a):
-                return kernelforge.quantize(x, fmt, layout="swizzled", out=out, **a)
-        else:
-            sizes = torch.multinomial(torch.ones(g), t, replacement=True, generator=gen).bincount(minlength=g)
-            offs = sizes.cumsum(0).to(torch.int32).cuda()
-            out = kernelforge.quantize_grouped(xs[0], offs, fmt, **a)
-
-            def call(x, out=out, offs=offs, fmt=fmt, a=a):
-                return kernelforge.quantize_grouped(x, offs, fmt, out=out, **a)
-        it = iter(range(10**9))
-        b2b = graph_us(lambda: call(xs[next(it) % len(xs)]))
-        gr = torch.cuda.CUDAGraph()
-        call(xs[0])
-        torch.cuda.synchronize()
-        with torch.cuda.graph(gr):
-            call(xs[0])
-        graph1 = eager_event_us(lambda _x: gr.replay(), xs)
-        eager = eager_event_us(call, xs)
-        host = host_us(lambda: call(xs[0]), n=10, loops=20)
-        # the loaded kernel function alone (TVM-FFI call + launch), from the out= fast path's memo
-        from kernelforge.ops import fast_path
-
-        hit = next(h for k, h in fast_path.fast_calls.items() if k[0] == ("quantize_grouped" if g else "quantize")
-                   and k[1] == xs[0].shape and k[5] == fmt and h.out_spans)
-        fn_args = (xs[0], out[0], out[1], hit.arg) if not g else (xs[0], offs, *out, hit.arg)
-        direct = host_us(lambda: hit.fn(*fn_args), n=10, loops=20)
-        with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
-            for x in xs[:4]:
-                call(x)
-            torch.cuda.synchronize()
-        kern = [e.device_time_total / 4 for e in prof.key_averages() if e.device_time_total > 0]
-        name = f"{op} {fmt}" + (f" G={g}" if g else "")
-        print(f"{name:24s} host {host:7.1f}  direct {direct:6.1f}  eager {eager:7.1f}  graph1 {graph1:7.1f}  "
-              f"b2b {b2b:7.1f}  "
-              f"kernel {' + '.join(f'{x:.1f}' for x in kern)}")
+        r = eager_split_row(op, fmt, g, xs, gen)
+        print(f"{r['case']:24s} host {r['host_us']:7.1f}  direct {r['direct_us']:6.1f}  eager {r['eager_us']:7.1f}  "
+              f"graph1 {r['graph1_us']:7.1f}  b2b {r['b2b_us']:7.1f}  "
+              f"kernel {' + '.join(f'{x:.1f}' for x in r['kernel_us'])}")
         pr = cProfile.Profile()
         pr.enable()
         for _ in range(20):
-            call(xs[0])
+            r["call"](xs[0])
         pr.disable()
         torch.cuda.synchronize()
         buf = io.StringIO()

@@ -14,8 +14,10 @@ GPU time = median of CUDA-graph replays of back-to-back calls over inputs rotate
 % of copy = (inputs read + every output written) / GPU time, against the copy bandwidth
 measured at the start of the same run.
 
-Then the targets table (target, measured value, met), PNG plots (% of copy against shape per op
-family, fresh-process first-call time per op) and a markdown report `run-<date>-<device>.md` in
+Then the targets table (target, measured value, met), the evidence of each missed target (the
+worst kernel cell under Nsight Compute, `evidence.py`; the host-side probes, `host_evidence.py`),
+PNG plots (% of copy against shape per op family, fresh-process first-call time per op) and a
+markdown report `run-<date>-<device>.md` in
 --out-dir, every number as JSON (--json, written after each section), and, with --results FILE,
 the report appended to FILE. `--plots-from RUN.json` redraws the plots and the report
 from a saved run, without a GPU. `--quick` is a smoke run (fewer shapes, processes and rounds).
@@ -532,9 +534,11 @@ def markdown(res: dict, plots: list[str], embed_dir: str = EMBED_DIR) -> str:
         lines.append(f"| {t['target']} | {_measured(t)} | {t['cells_met']} of {t['cells']} | "
                      f"{'yes' if t['met'] else '**no**'} |")
     import evidence
+    import host_evidence
 
     lines += evidence.markdown(res.get("evidence") or [], res.get("device") or "?")
     lines.append("")
+    lines += host_evidence.markdown(res.get("host_evidence") or [], res.get("device") or "?")
 
     st = res.get("startup") or {}
     lines += ["### Startup and host cost per call", ""]
@@ -675,10 +679,15 @@ def main(argv: list[str] | None = None) -> int:
                     help="no measurement: redraw the plots and the report from a saved run's JSON (no GPU needed)")
     ap.add_argument("--only", nargs="+", choices=SECTIONS, default=list(SECTIONS), help="measure these sections only")
     ap.add_argument("--no-evidence", dest="evidence", action="store_false",
-                    help="skip profiling the worst cell of each missed kernel target with Nsight Compute")
+                    help="skip the evidence of the missed targets (Nsight Compute on the worst cell of each "
+                         "missed kernel target, the probes of the missed host targets)")
     ap.add_argument("--redo-evidence", action="store_true",
                     help="with --plots-from, on the GPU machine: profile the saved run's missed targets again and "
                          "write the evidence back into that JSON")
+    ap.add_argument("--evidence-of", nargs="+", choices=("kernels", "host"), default=["kernels", "host"],
+                    help="which missed targets get evidence: kernels (Nsight Compute, evidence.py), host (the "
+                         "first call's stages, the eager call's split, the tiny calls' host times: "
+                         "host_evidence.py); default both")
     ap.add_argument("--startup-cache-dir", default=None, metavar="DIR",
                     help="also time the first call with KERNELFORGE_CACHE_DIR=DIR against the default layers "
                          "(e.g. a copy of the installed kernel wheel's cache): issue 33's wheel-vs-directory row")
@@ -707,10 +716,16 @@ def main(argv: list[str] | None = None) -> int:
     res["hopper_targets"] = hopper_targets(res)
     if (not args.plots_from and args.evidence) or args.redo_evidence:
         import evidence
+        import host_evidence
 
-        card = card_of(res.get("device") or "")
-        log("evidence: profiling the worst cell of each missed kernel target with Nsight Compute")
-        res["evidence"] = evidence.evidence_rows(res, HOPPER_PCT.get(card or "", HOPPER_PCT["H100"]), HOPPER_MIN_M)
+        if "kernels" in args.evidence_of:
+            card = card_of(res.get("device") or "")
+            log("evidence: profiling the worst cell of each missed kernel target with Nsight Compute")
+            res["evidence"] = evidence.evidence_rows(res, HOPPER_PCT.get(card or "", HOPPER_PCT["H100"]),
+                                                     HOPPER_MIN_M)
+        if "host" in args.evidence_of:
+            res["host_evidence"] = host_evidence.evidence_rows(
+                res, args.startup_cache_dir or (res.get("startup_layers") or {}).get("cache_dir"), log=log)
     if not args.plots_from:
         json_path.write_text(json.dumps(res, indent=1))
     elif args.redo_evidence:
