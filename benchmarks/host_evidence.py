@@ -10,12 +10,13 @@ missed them (what `evidence.py` is for the kernel targets): numbers, each from i
   (kernel wheels found, signatures checked), and the first call split into resolving the build,
   loading it (the verified runtime library and module) and the rest (checks, outputs, launch).
 * Eager grouped call within 15 us of its graph-replayed time: `diag.py eager-split` of the worst
-  cell and of plain quantize in its format (16384 x 7168, out= given): the Python call's host
-  time, the loaded kernel function alone, one eager call, one graph replay and back-to-back
-  replays, all on an idle queue as the grouped rows time them.
+  cell and of plain quantize in its format (16384 x 7168, out= given), in a fresh process: the
+  Python call's host time, the loaded kernel function alone, one eager call, one graph replay and
+  back-to-back replays, all on an idle queue as the grouped rows time them.
 * Allocating tiny call <= 1.5x `torch.add(out=)`: host time per call of `torch.add(out=)`, the
   out= call, the allocating call, the loaded kernel function alone, and the two `torch.empty`
-  an allocating call makes for its outputs (data, scale).
+  an allocating call makes for its outputs (data, scale), in a fresh process (as the benchmark's
+  host rows are measured).
 
     python benchmarks/host_evidence.py [--runs 8] [--cache-dir DIR]    # every probe, on a GPU
 """
@@ -135,6 +136,19 @@ def first_call_rows(runs: int, cache_dir: str | None) -> list[dict]:
     return [first_call_summary(source, rows) for source, rows in children.items()]
 
 
+def _in_child(*args: str) -> list[dict]:
+    """A probe run in a fresh process (`host_evidence.py --probe ...`): what the parent did before
+    (large inputs, CUDA graphs, a profiler session) must not weigh on host times of a few us."""
+    import subprocess
+
+    proc = subprocess.run([sys.executable, str(Path(__file__).resolve()), "--probe", *args], capture_output=True,
+                          text=True, cwd="/", env=os.environ.copy())
+    if proc.returncode != 0:
+        raise RuntimeError(f"host_evidence.py --probe {' '.join(args)} failed (exit {proc.returncode}): "
+                           f"{(proc.stderr.strip().splitlines() or ['?'])[-1]}")
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
 def eager_rows(fmt: str, g: int) -> list[dict]:
     """eager-split of plain quantize in `fmt` and of the grouped call with `g` groups."""
     import diag
@@ -191,9 +205,9 @@ def evidence_rows(res: dict, startup_cache_dir: str | None = None, log=print) ->
     case = eager_case(worst_cell(targets, EAGER_TARGET) or "")
     if case:
         probes.append(("eager", f"eager-split of grouped {case[0]} G={case[1]} and plain quantize",
-                       lambda: eager_rows(*case)))
+                       lambda: _in_child("eager", f"{case[0]} G={case[1]}")))
     if worst_cell(targets, ALLOC_TARGET):
-        probes.append(("alloc", "host time of the tiny calls", lambda: [alloc_row()]))
+        probes.append(("alloc", "host time of the tiny calls", lambda: _in_child("alloc")))
     rows: list[dict] = []
     for probe, what, fn in probes:
         log(f"host evidence: {what}")
@@ -210,10 +224,16 @@ def main() -> None:
     ap.add_argument("--runs", type=int, default=STARTUP_RUNS, help="fresh processes per source")
     ap.add_argument("--cache-dir", default=None, help="also the first call with KERNELFORGE_CACHE_DIR=DIR")
     ap.add_argument("--eager", default="nvfp4 G=64", help="the grouped cell of the eager probe")
+    ap.add_argument("--probe", nargs="+", metavar="PROBE",
+                    help="one probe in this process, its rows as JSON: eager 'FORMAT G=N' | alloc")
     args = ap.parse_args()
+    if args.probe:
+        rows = eager_rows(*eager_case(args.probe[1])) if args.probe[0] == "eager" else [alloc_row()]
+        print(json.dumps(rows))
+        return
     import torch
 
-    rows = [*first_call_rows(args.runs, args.cache_dir), *eager_rows(*eager_case(args.eager)), alloc_row()]
+    rows = [*first_call_rows(args.runs, args.cache_dir), *_in_child("eager", args.eager), *_in_child("alloc")]
     print("\n".join(markdown(rows, torch.cuda.get_device_name())))
     print(json.dumps(rows))
 

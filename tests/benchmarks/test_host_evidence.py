@@ -53,19 +53,18 @@ def test_each_missed_host_target_gets_its_probe(monkeypatch) -> None:
     calls = []
     monkeypatch.setattr(host_evidence, "first_call_rows",
                         lambda runs, cache_dir: calls.append(("first", runs, cache_dir)) or [])
-    monkeypatch.setattr(host_evidence, "eager_rows", lambda fmt, g: calls.append(("eager", fmt, g)) or [])
-    monkeypatch.setattr(host_evidence, "alloc_row", lambda: calls.append(("alloc",)) or ALLOC)
+    monkeypatch.setattr(host_evidence, "_in_child", lambda *a: calls.append(a) or ([ALLOC] if a == ("alloc",) else []))
     res = copy.deepcopy(RUN)
     res["hopper_targets"] = run.hopper_targets(res, table_devices={res["device"]})
     missed = {t["target"]: t["worst"] for t in res["hopper_targets"] if not t["met"]}
     eager = next(w for t, w in missed.items() if t.startswith(host_evidence.EAGER_TARGET))
     host_evidence.evidence_rows(res, "/some/cache", log=lambda _m: None)
-    fmt, g = eager.split(" G=")
-    assert calls == [("first", host_evidence.STARTUP_RUNS, "/some/cache"), ("eager", fmt, int(g)), ("alloc",)]
+    assert calls == [("first", host_evidence.STARTUP_RUNS, "/some/cache"), ("eager", eager), ("alloc",)]
     # a probe that fails is a row naming its error, and the report says it was not measured
-    monkeypatch.setattr(host_evidence, "eager_rows", lambda fmt, g: 1 / 0)
+    monkeypatch.setattr(host_evidence, "_in_child", lambda *a: 1 / 0)
     rows = host_evidence.evidence_rows(res, None, log=lambda _m: None)
     assert {"probe": "eager", "error": "ZeroDivisionError: division by zero"} in rows
+    assert {"probe": "alloc", "error": "ZeroDivisionError: division by zero"} in rows
     assert "Not measured: the eager probe failed (ZeroDivisionError: division by zero)." in host_evidence.markdown(
         rows, "GPU")
     # every host target met: no probe runs
