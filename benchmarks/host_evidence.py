@@ -179,14 +179,13 @@ def alloc_row() -> dict:
     q, sc = out
     coords = (("dtype", "bfloat16"), ("format", "mxfp8"), ("layout", "linear"), ("scale_mode", "floor"))
     fn = launch.kernel_for("quantize", coords, x.get_device(), 256, 32, x.data_ptr(), 512, 128)
-    dev = x.device
+    dev, ds, ss, dd, sd = x.device, tuple(q.shape), tuple(sc.shape), q.dtype, sc.dtype  # as output_buffers has them
     paths = {"torch.add(out=)": lambda: torch.add(x, r, out=s),
              "quantize, out=": lambda: kernelforge.quantize(x, "mxfp8", out=out),
              "quantize, allocating": lambda: kernelforge.quantize(x, "mxfp8"),
              "the loaded kernel function alone": lambda: fn(x, q, sc, None),
              "two torch.empty (the allocating call's outputs)":
-                 lambda: (torch.empty(q.shape, dtype=q.dtype, device=dev),
-                          torch.empty(sc.shape, dtype=sc.dtype, device=dev))}
+                 lambda: (torch.empty(ds, dtype=dd, device=dev), torch.empty(ss, dtype=sd, device=dev))}
     best: dict[str, float] = {}
     for _ in range(3):  # interleaved rounds, best of each: a noisy host affects all alike
         for name, f in paths.items():
