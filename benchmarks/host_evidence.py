@@ -14,9 +14,9 @@ missed them (what `evidence.py` is for the kernel targets): numbers, each from i
   Python call's host time, the loaded kernel function alone, one eager call, one graph replay and
   back-to-back replays, all on an idle queue as the grouped rows time them.
 * Allocating tiny call <= 1.5x `torch.add(out=)`: host time per call of `torch.add(out=)`, the
-  out= call, the allocating call, the loaded kernel function alone, and the two `torch.empty`
-  an allocating call makes for its outputs (data, scale), in a fresh process (as the benchmark's
-  host rows are measured).
+  out= call, the allocating call, the loaded kernel function alone, and the two
+  `torch.empty_like` an allocating call makes for its outputs (data, scale; `fast_path.allocate`),
+  in a fresh process (as the benchmark's host rows are measured).
 
     python benchmarks/host_evidence.py [--runs 8] [--cache-dir DIR]    # every probe, on a GPU
 """
@@ -179,13 +179,13 @@ def alloc_row() -> dict:
     q, sc = out
     coords = (("dtype", "bfloat16"), ("format", "mxfp8"), ("layout", "linear"), ("scale_mode", "floor"))
     fn = launch.kernel_for("quantize", coords, x.get_device(), 256, 32, x.data_ptr(), 512, 128)
-    dev, ds, ss, dd, sd = x.device, tuple(q.shape), tuple(sc.shape), q.dtype, sc.dtype  # as output_buffers has them
     paths = {"torch.add(out=)": lambda: torch.add(x, r, out=s),
              "quantize, out=": lambda: kernelforge.quantize(x, "mxfp8", out=out),
              "quantize, allocating": lambda: kernelforge.quantize(x, "mxfp8"),
              "the loaded kernel function alone": lambda: fn(x, q, sc, None),
-             "two torch.empty (the allocating call's outputs)":
-                 lambda: (torch.empty(ds, dtype=dd, device=dev), torch.empty(ss, dtype=sd, device=dev))}
+             # what the allocating fast path makes its outputs with (fast_path.allocate)
+             "two torch.empty_like (the allocating call's outputs)":
+                 lambda: (torch.empty_like(q), torch.empty_like(sc))}
     best: dict[str, float] = {}
     for _ in range(3):  # interleaved rounds, best of each: a noisy host affects all alike
         for name, f in paths.items():

@@ -24,7 +24,7 @@ STAGES = ["import kernelforge", "op families + spec schema", "runtime modules (c
 
 ALLOC = {"probe": "alloc", "us": {"torch.add(out=)": 6.1, "quantize, out=": 6.0, "quantize, allocating": 10.4,
                                   "the loaded kernel function alone": 3.7,
-                                  "two torch.empty (the allocating call's outputs)": 3.3}}
+                                  "two torch.empty_like (the allocating call's outputs)": 3.3}}
 
 
 def _child(rng: random.Random) -> dict:
