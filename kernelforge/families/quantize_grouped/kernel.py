@@ -53,6 +53,11 @@ MAX_CTAS = {"mx": 2048, "nvfp4": 4096}
 # flight cost registers and so CTAs per SM: NVFP4 at 8 blocks and MXFP4 at 8 blocks (194
 # registers, 2 CTAs of an SM) were slower, MXFP8 at 4 blocks too (docs/performance.md).
 ROW_BYTES_IN_FLIGHT = {"mxfp8": 512, "mxfp4": 256, "nvfp4": 128}
+# Without 16-byte alignment (the `any` K-class) the loads are per element, each element in a
+# register of its own: at most this many elements per lane. With MXFP8's 256 (bf16, fp16) ptxas
+# kept the row in local memory (32 registers, a 1.5 KB stack frame; benchmarks/sass_stats.py) and
+# the call ran 3.8x slower; 128 was slower than 64 (docs/performance.md, grouped section).
+SCALAR_ELEMENTS_IN_FLIGHT = 64
 
 
 @cute.jit
@@ -189,7 +194,10 @@ class QuantizeGroupedKernel:
         lane = tidx % WARP
         d_lane = lane % 4  # the lane's column within its 4-column chunk (k = lane mod 32)
         s32 = cute.make_tensor(cute.recast_ptr(mS.iterator, dtype=Uint32), cute.make_layout(cute.size(mS) // 4))
-        unroll = max(1, self.row_bytes_in_flight // (self.block * mX.element_type.width // 8))
+        in_flight = self.row_bytes_in_flight // (mX.element_type.width // 8)  # elements per lane
+        if cutlass.const_expr(mX.iterator.alignment < 16):
+            in_flight = min(in_flight, SCALAR_ELEMENTS_IN_FLIGHT)
+        unroll = max(1, in_flight // self.block)
         n_warps = cute.arch.grid_dim()[0] * warps
         for row in cutlass.range(bidx * warps + tidx // WARP, self.first_row(ends, n_groups), n_warps):
             g = self.group_of(row, ends, n_groups)
