@@ -28,6 +28,7 @@ import os
 import re
 import statistics
 import sys
+import time
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
@@ -38,7 +39,7 @@ from diag import FIRST_SPLIT  # noqa: E402, F401  (the first call's split, named
 FIRST_CALL_TARGETS = ("first call in a fresh process", "first call from the pip-installed kernel wheel")
 EAGER_TARGET = "an eager grouped call"
 ALLOC_TARGET = "tiny tensor (128x256), allocating"
-STARTUP_RUNS = 8  # fresh processes per source
+STARTUP_RUNS = 6  # fresh processes per source (each takes seconds on a GPU node: run.py's time budget)
 EAGER_SHAPE = (16384, 7168)  # the grouped rows' shape (run.py's plan)
 
 
@@ -193,9 +194,11 @@ def alloc_row() -> dict:
     return {"probe": "alloc", "us": best}
 
 
-def evidence_rows(res: dict, startup_cache_dir: str | None = None, log=print) -> list[dict]:
+def evidence_rows(res: dict, startup_cache_dir: str | None = None, log=print,
+                  deadline: float | None = None) -> list[dict]:
     """The probes of the host targets of `res["hopper_targets"]` that were missed; a probe that
-    fails is a row naming its error (the report says so), not the end of the run."""
+    fails, or would start after `deadline` (a `time.perf_counter()` value: run.py's --budget-s),
+    is a row naming why (the report says so), not the end of the run."""
     targets = res.get("hopper_targets") or []
     probes = []
     if any(worst_cell(targets, p) for p in FIRST_CALL_TARGETS):
@@ -209,6 +212,10 @@ def evidence_rows(res: dict, startup_cache_dir: str | None = None, log=print) ->
         probes.append(("alloc", "host time of the tiny calls", lambda: _in_child("alloc")))
     rows: list[dict] = []
     for probe, what, fn in probes:
+        if deadline is not None and time.perf_counter() > deadline:
+            rows.append({"probe": probe, "error": "skipped: the run was past its time budget (--budget-s)"})
+            log(f"host evidence: {probe} {rows[-1]['error']}")
+            continue
         log(f"host evidence: {what}")
         try:
             rows += fn()

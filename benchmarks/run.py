@@ -692,8 +692,8 @@ def main(argv: list[str] | None = None) -> int:
                     help="also time the first call with KERNELFORGE_CACHE_DIR=DIR against the default layers "
                          "(e.g. a copy of the installed kernel wheel's cache): issue 33's wheel-vs-directory row")
     ap.add_argument("--budget-s", type=float, default=480.0,
-                    help="skip the sections that would start later than this many seconds into the run "
-                         "(default 480: the device command's limit is 10 minutes)")
+                    help="skip the sections (and host evidence probes) that would start later than this many "
+                         "seconds into the run (default 480: the device command's limit is 10 minutes)")
     ap.add_argument("--refs", action="store_true",
                     help="also time the pure-torch references, eager and under torch.compile (adds minutes)")
     args = ap.parse_args(argv)
@@ -725,7 +725,8 @@ def main(argv: list[str] | None = None) -> int:
                                                      HOPPER_MIN_M)
         if "host" in args.evidence_of:
             res["host_evidence"] = host_evidence.evidence_rows(
-                res, args.startup_cache_dir or (res.get("startup_layers") or {}).get("cache_dir"), log=log)
+                res, args.startup_cache_dir or (res.get("startup_layers") or {}).get("cache_dir"), log=log,
+                deadline=_T0 + args.budget_s)
     if not args.plots_from:
         json_path.write_text(json.dumps(res, indent=1))
     elif args.redo_evidence:

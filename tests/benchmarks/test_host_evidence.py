@@ -67,6 +67,12 @@ def test_each_missed_host_target_gets_its_probe(monkeypatch) -> None:
     assert {"probe": "alloc", "error": "ZeroDivisionError: division by zero"} in rows
     assert "Not measured: the eager probe failed (ZeroDivisionError: division by zero)." in host_evidence.markdown(
         rows, "GPU")
+    # past the run's time budget, the probes are skipped and say so
+    calls.clear()
+    monkeypatch.setattr(host_evidence, "_in_child", lambda *a: calls.append(a) or [ALLOC])
+    rows = host_evidence.evidence_rows(res, None, log=lambda _m: None, deadline=0.0)
+    assert calls == [] and [r["probe"] for r in rows] == ["first call", "eager", "alloc"]
+    assert all(r["error"].startswith("skipped: the run was past its time budget") for r in rows)
     # every host target met: no probe runs
     calls.clear()
     for t in res["hopper_targets"]:
