@@ -465,3 +465,26 @@ def test_compile_traces_the_grouped_ops_without_graph_breaks():
     assert sum("copy_" in t for t in targets) == 3, targets
     assert [tuple(r.shape) for r in res] == [(4, 130, 128), (4, 256, 16), (300, 256), (640, 8), (3,),
                                              (300, 128), (640, 8), (3,)]
+
+
+def test_the_out_fast_path_accepts_offsets_exactly_as_the_checked_path_would() -> None:
+    """`_offsets_fit` (the out= fast path's check of a new group_offsets tensor) agrees with the
+    checked path's rules: int32, on the remembered device, contiguous when G > 1, and its bytes
+    (`checks.byte_span`) disjoint from every out buffer's; fresh random tensors and spans."""
+    from kernelforge.families.quantize_grouped.op import _offsets_fit
+    from kernelforge.ops import checks
+
+    gen = torch.Generator().manual_seed(torch.seed())
+    for _ in range(300):
+        g = int(torch.randint(1, 9, (1,), generator=gen))
+        step = int(torch.randint(1, 3, (1,), generator=gen))
+        dtype = (torch.int32, torch.int64)[int(torch.randint(0, 2, (1,), generator=gen))]
+        base = torch.zeros(g * step + 4, dtype=dtype)
+        offs = base[int(torch.randint(0, 4, (1,), generator=gen))::step][:g]
+        lo, hi = checks.byte_span(offs)
+        spans = tuple((lo + int(a), lo + int(a) + int(n)) for a, n in
+                      zip(torch.randint(-40, 40, (2,), generator=gen), torch.randint(1, 16, (2,), generator=gen)))
+        expected = (offs.dtype == torch.int32 and (g == 1 or offs.stride(0) == 1)
+                    and all(hi <= a or b <= lo for a, b in spans))
+        assert _offsets_fit(offs, -1, spans) is expected, (g, step, dtype, spans)
+        assert _offsets_fit(offs, 0, ()) is False  # another device than the tensor's
