@@ -173,11 +173,10 @@ def _check_constraints(f: _File, schema: OpSchema, points: list[dict[str, Value]
                 bad.setdefault(tuple(p[a] for a in c.axes), problem)
         if bad:
             combos = "; ".join(bad.values())
-            suggestion = "\n".join(
-                "[[exclude]]\n" + "\n".join(f"{a} = {_toml(v)}" for a, v in zip(c.axes, combo))
-                for combo in bad)
+            # One line (a usage error is one line): the keys of each [[exclude]] table to add.
+            suggestion = "; ".join(", ".join(f"{a} = {_toml(v)}" for a, v in zip(c.axes, combo)) for combo in bad)
             raise f.error(f"the product still holds invalid ({', '.join(c.axes)}) "
-                          f"combinations: {combos}. Add an [[exclude]], e.g.:\n{suggestion}")
+                          f"combinations: {combos}. Add an [[exclude]] table for each: {suggestion}")
 
 
 def _toml(v: Value) -> str:
