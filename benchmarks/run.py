@@ -682,8 +682,8 @@ def main(argv: list[str] | None = None) -> int:
                     help="skip the evidence of the missed targets (Nsight Compute on the worst cell of each "
                          "missed kernel target, the probes of the missed host targets)")
     ap.add_argument("--redo-evidence", action="store_true",
-                    help="with --plots-from, on the GPU machine: profile the saved run's missed targets again and "
-                         "write the evidence back into that JSON")
+                    help="with --plots-from, on the GPU machine: the evidence of the saved run's missed targets "
+                         "again (--evidence-of picks which), written back into that JSON")
     ap.add_argument("--evidence-of", nargs="+", choices=("kernels", "host"), default=["kernels", "host"],
                     help="which missed targets get evidence: kernels (Nsight Compute, evidence.py), host (the "
                          "first call's stages, the eager call's split, the tiny calls' host times: "
