@@ -15,4 +15,4 @@ python3 "$REPO/benchmarks/diag.py" startup-modes --runs "${KF_RUNS:-16}" > "$OUT
 KERNELFORGE_CACHE_DIR=/tmp/kf-cachedir python3 "$REPO/benchmarks/diag.py" startup-modes --runs "${KF_RUNS:-16}" \
   > "$OUT/modes_dir.log" 2>&1
 python3 "$REPO/benchmarks/bench_startup.py" --runs 3 --importtime > "$OUT/importtime.log" 2>&1
-tail -2 "$OUT/modes_layers.log" "$OUT/modes_dir.log"; head -c 3000 "$OUT/importtime.log"
+tail -n 2 "$OUT/modes_layers.log" "$OUT/modes_dir.log"; head -c 3000 "$OUT/importtime.log"
