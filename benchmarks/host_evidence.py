@@ -34,7 +34,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
-from diag import FIRST_SPLIT  # noqa: E402, F401  (the first call's split, named in the report's rows)
+from diag import FIRST  # noqa: E402  (diag.py first-call's stages up to the first call's synchronize)
 
 FIRST_CALL_TARGETS = ("first call in a fresh process", "first call from the pip-installed kernel wheel")
 EAGER_TARGET = "an eager grouped call"
@@ -47,9 +47,9 @@ EAGER_SHAPE = (16384, 7168)  # the grouped rows' shape (run.py's plan)
 
 def first_call_summary(source: str, children: list[dict]) -> dict:
     """One source's row from `diag.py first-call` children: totals, CPU share, stage medians."""
-    first = [sum(list(c["stages_ms"].values())[:7]) for c in children]
+    first = [sum(list(c["stages_ms"].values())[:FIRST]) for c in children]
     cpu = [c["first_cpu_ms"] / t for c, t in zip(children, first) if t > 0]
-    names = list(children[0]["stages_ms"])[:7]
+    names = list(children[0]["stages_ms"])[:FIRST]
     split = list(children[0].get("first_split_ms") or {})
     return {"probe": "first call", "source": source, "processes": len(children),
             "total_ms": [min(first), statistics.median(first), max(first)],

@@ -15,6 +15,7 @@ sys.path.insert(0, str(REPO / "benchmarks"))
 
 import host_evidence  # noqa: E402
 import run  # noqa: E402
+from diag import FIRST_SPLIT  # noqa: E402
 
 RUN = json.loads((REPO / "benchmarks/results/current/h100-run.json").read_text())
 STAGES = ["import kernelforge", "op families + spec schema", "runtime modules (cache, dispatch, loader)",
@@ -30,7 +31,7 @@ ALLOC = {"probe": "alloc", "us": {"torch.add(out=)": 6.1, "quantize, out=": 6.0,
 def _child(rng: random.Random) -> dict:
     """A child's JSON line in the layout `diag.py first-call` prints."""
     stages = {n: rng.uniform(0.05, 15.0) for n in STAGES}
-    split = {n: rng.uniform(0.1, 5.0) for n in host_evidence.FIRST_SPLIT}
+    split = {n: rng.uniform(0.1, 5.0) for n in FIRST_SPLIT}
     return {"op": "quantize", "stages_ms": stages, "first_split_ms": split,
             "first_cpu_ms": sum(list(stages.values())[:7]) * rng.uniform(0.8, 1.0), "first_usage": {}}
 
@@ -46,7 +47,7 @@ def test_first_call_children_are_summarized_per_stage() -> None:
         assert row["stages_ms"][n] == statistics.median(c["stages_ms"][n] for c in children)
     assert row["cpu_over_wall"] == statistics.median(c["first_cpu_ms"] / t for c, t in zip(children, totals))
     assert 0.8 <= row["cpu_over_wall"] <= 1.0
-    assert set(row["first_split_ms"]) == set(host_evidence.FIRST_SPLIT)
+    assert set(row["first_split_ms"]) == set(FIRST_SPLIT)
 
 
 def test_each_missed_host_target_gets_its_probe(monkeypatch) -> None:
