@@ -58,7 +58,7 @@ class DispatchTable:
             layers = [Layer(Path(root), "--cache", str(root), True)]
         self.layers = list(layers)
         self.root = self.layers[0].root
-        self.readers = [LayerReader(layer.root, layer.label, layer.writable)
+        self.readers = [LayerReader(layer.root, layer.label, layer.writable, layer.dispatch_manifest)
                         for layer in self.layers if not layer.refused]
         self._refused = [layer for layer in self.layers if layer.refused]
         self._broken: dict[str, CacheError] = {}  # key -> why it failed to load (skipped from then on)

@@ -47,9 +47,13 @@ class LayerReader:
     and tuning tables, read lazily from the dispatch views, or from the index when they do not
     match it. Every file is opened through the trust policy of this root."""
 
-    def __init__(self, root: Path, label: str = "", writable: bool = False) -> None:
+    def __init__(self, root: Path, label: str = "", writable: bool = False,
+                 signed_manifest: bytes | None = None) -> None:
         self.root = Path(root)
         self.label = label or str(self.root)
+        # A signed kernel wheel's checked dispatch manifest: every group is read through it, never
+        # from the index (cache/read/wheel_signature.py).
+        self._signed_manifest = signed_manifest
         # Advisory last-use/hit/miss records (cache/read/usage.py); never on a read-only layer.
         self.usage = usage_log(self.root, writable)
         self.trusted = TrustedRoot(self.root)
@@ -70,16 +74,31 @@ class LayerReader:
             return cands
         with self._lock:
             if group not in self._groups and not self._full:
-                if self._views is None:
-                    self._views = DispatchViews(self.root, self.trusted)
-                    if self._views.manifest is not None:
-                        self._add_runtimes(self._views.manifest["runtimes"].values())
-                entries = self._views.group(group) if self._views.manifest is not None else None
+                views = self._dispatch_views()
+                entries = views.group(group) if views.manifest is not None else None
                 if entries is not None:
                     self._groups[group] = self._candidates_of(group, entries)
+                elif views.signed:
+                    self._groups[group] = []
+                    self._warn_damaged(group)
                 else:
                     self._load_index()
             return self._groups.get(group, [])
+
+    def _dispatch_views(self) -> DispatchViews:
+        if self._views is None:
+            self._views = DispatchViews(self.root, self.trusted, self._signed_manifest)
+            if self._views.manifest is not None:
+                self._add_runtimes(self._views.manifest["runtimes"].values())
+        return self._views
+
+    def _warn_damaged(self, group: str) -> None:
+        """A signed wheel's group file (or manifest) that does not match what its signature covers:
+        the wheel serves nothing of that group, and says how to repair it."""
+        what = f"dispatch group {group}" if self._views is not None and self._views.manifest else "dispatch manifest"
+        warnings.warn(f"kernelforge: kernel {self.label} ({self.root}): its {what} does not match what the wheel's "
+                      f"signature covers, so the wheel serves none of it; repair: `pip install --force-reinstall` "
+                      f"the kernel wheel, then `kernelforge cache verify`", RuntimeWarning, stacklevel=4)
 
     def _load_index(self) -> None:
         """Build every group from the index itself (no usable dispatch view)."""
@@ -100,6 +119,13 @@ class LayerReader:
         self._full = True
 
     def load_index_once(self) -> None:
+        """Build every group of this layer: from the index, or a signed wheel's from its manifest."""
+        if self._signed_manifest is not None:
+            with self._lock:
+                views = self._dispatch_views()
+            for group in (views.manifest or {}).get("groups", ()):
+                self.group(group)
+            return
         with self._lock:
             if not self._full:
                 self._load_index()
@@ -146,6 +172,8 @@ class LayerReader:
         key = (device, arch_name, op)
         if key in self._tables:
             return self._tables[key]
+        if self._signed_manifest is not None:
+            self._dispatch_views()
         if self._views is None or self._views.manifest is None:
             self.load_index_once()
             entries = self._tuning
@@ -187,6 +215,7 @@ class LayerReader:
         return fn
 
     def groups(self) -> dict[str, list[Candidate]]:
-        """Every dispatch group of this layer with its servable candidates (reads the whole index)."""
+        """Every dispatch group of this layer with its servable candidates (reads the whole index,
+        or a signed wheel's every group)."""
         self.load_index_once()
         return dict(self._groups)

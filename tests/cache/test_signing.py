@@ -19,6 +19,7 @@ from typer.testing import CliRunner
 from kernelforge.cache import CacheStore, verify
 from kernelforge.cache.maintenance.repair import repair
 from kernelforge.cache.read.signing import (
+    PublicKey,
     SigningError,
     TrustedKeys,
     generate_key,
@@ -30,6 +31,7 @@ from kernelforge.cache.transfer.merge import merge
 from kernelforge.cache.transfer.provenance import Authority, sign_cache
 from kernelforge.cache.transfer.remote import pull, push
 from kernelforge.cli import cache as cache_cli
+from tests._planted import planted_library
 from tests.cache import _cache_helpers as h
 
 root_app = typer.Typer()
@@ -54,15 +56,7 @@ _cache = h.runtime_and_two_kernels
 @pytest.fixture(scope="module")
 def planted(tmp_path_factory: pytest.TempPathFactory) -> tuple[bytes, Path]:
     """(bytes of a real shared library whose constructor creates a marker file, the marker path)."""
-    if shutil.which("cc") is None:
-        pytest.skip("no C compiler (cc) to build the planted library")
-    d = tmp_path_factory.mktemp("planted")
-    marker = d / "LOADED"
-    src = d / "evil.c"
-    src.write_text('#include <stdio.h>\n__attribute__((constructor)) static void mark(void) {\n'
-                   f'  FILE* f = fopen("{marker}", "w"); if (f) {{ fputs("loaded", f); fclose(f); }}\n}}\n')
-    subprocess.run(["cc", "-shared", "-fPIC", "-o", str(d / "evil.so"), str(src)], check=True)
-    return (d / "evil.so").read_bytes(), marker
+    return planted_library(tmp_path_factory.mktemp("planted"))
 
 
 @pytest.fixture
@@ -111,7 +105,7 @@ def test_generate_key_is_private_and_never_overwrites(tmp_path: Path) -> None:
     assert os.stat(tmp_path / "k").st_mode & 0o077 == 0
     line = (tmp_path / "k.pub").read_text().strip()
     assert line.startswith("kernelforge-ed25519 ") and line.endswith(" ci")
-    assert trusted_keys(tmp_path / "k.pub").keys == {pub.key_id: pub._replace(comment="ci")}
+    assert trusted_keys(tmp_path / "k.pub").keys == {pub.key_id: PublicKey(pub.raw, "ci")}
     with pytest.raises(SigningError, match="exists"):
         generate_key(tmp_path / "k")
 

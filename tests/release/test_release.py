@@ -160,7 +160,18 @@ def test_installed_kernel_wheel_serves_the_runtime_read_only(built: Path, tmp_pa
     served = json.loads(res.stdout.splitlines()[-1])
     assert served["layers"] == ["user", wheel_label]
     assert served["path"].startswith(str(site / "kernelforge_kernels_sm90a" / "cache" / "v1" / "artifacts"))
-    assert _snapshot(site, home) == before  # no write: not into site-packages, not into the user cache
+    # Nothing written into site-packages; into the user cache only the record of where the kernel
+    # wheels are (cache/read/wheel_discovery.py), which a second process reads and leaves as it is.
+    after = _snapshot(site, home)
+    records = home / "xdg" / "kernelforge" / "v1" / "found-wheels"
+    added = {Path(p) for p in set(after) - set(before)}
+    assert {p for p in added if p.parent != records} == {records.parents[1], records.parent, records}
+    assert len([p for p in added if p.parent == records]) == 1
+    changed = {p for p in set(before) & set(after) if before[p] != after[p]}
+    assert changed <= {str(home / "xdg")}, changed
+    res = subprocess.run([py, "-c", RESOLVE], cwd=work, env=env, capture_output=True, text=True)
+    assert res.returncode == 0 and json.loads(res.stdout.splitlines()[-1]) == served, res.stderr
+    assert _snapshot(site, home) == after
 
     # A kernel wheel built for another kernelforge version: refused, and the error says why.
     import kernelforge

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
+import shutil
 import zipfile
 from pathlib import Path
 
@@ -255,3 +257,165 @@ def test_a_cache_that_cannot_hold_markers_changes_nothing(built, tmp_path, monke
     os.mkfifo(_marker(package, fifo_root))
     refused = _layer_with_memo(package, fifo_root).refused
     assert refused is not None and "does not verify" in refused, refused
+
+
+# --- the runtime reads a signed wheel through its signed manifest alone -------------------------
+
+def test_the_runtime_never_falls_back_to_a_signed_wheels_index(built, tmp_path, monkeypatch, keys) -> None:
+    """The statement binds the index by generation and size only. An attacker who forges the index
+    at the same generation and size (one module's sha256 swapped for a planted library's, the
+    library and a matching meta.json put in the module's place) and damages that group's file, so that a reader falls back
+    to the index, gets nothing loaded: the runtime serves that group from no file but the signed
+    manifest's, and warns with the repair."""
+    from kernelforge.cache.maintenance.verification import verify_layer
+    from kernelforge.cache.read.layers import wheel_layers
+    from kernelforge.cache.read.layout import Layout
+    from kernelforge.runtime.dispatch import DispatchTable
+    from kernelforge.runtime.layer_reader import LayerReader
+    from kernelforge.runtime.loader import open_verified
+    from tests._planted import planted_library
+
+    release, _ = keys
+    package = _installed(built, tmp_path, monkeypatch, release)
+    planted, marker = planted_library(tmp_path)
+    views = package / "cache" / "v1" / "dispatch"
+    manifest = json.loads((views / "manifest.json").read_text())
+    (group, name), *_ = sorted(manifest["groups"].items())
+
+    def runtime_layer():
+        [layer] = [x for x in wheel_layers(tmp_path / "memo", full=False) if x.root.parent == package]
+        assert layer.refused is None and layer.dispatch_manifest is not None
+        return layer
+
+    assert DispatchTable(layers=[runtime_layer()])._group(group), "the genuine wheel serves the group"
+    [target, *_] = json.loads((views / "groups" / name).read_text())["entries"]
+    index = package / "cache" / "v1" / "index.json"
+    text = index.read_text()
+    forged = text.replace(target["sha256"], hashlib.sha256(planted).hexdigest())
+    assert forged != text and len(forged) == len(text)
+    index.write_text(forged)
+    entry_dir = package / "cache" / "v1" / Layout.entry_rel_of(target["key"], target["kind"])
+    (entry_dir / target["main_file"]).write_bytes(planted)
+    meta = json.loads((entry_dir / "meta.json").read_text())
+    meta["files"][target["main_file"]] = {"sha256": hashlib.sha256(planted).hexdigest(), "size": len(planted)}
+    (entry_dir / "meta.json").write_text(json.dumps(meta, indent=1, sort_keys=True))
+    group_file = views / "groups" / name
+    group_file.write_bytes(group_file.read_bytes()[:-1] + b" ")
+
+    # The forgery is real: a reader that falls back to the index (the runtime's reader of a plain
+    # cache directory) offers the planted library, and it passes the check the loader makes
+    # before dlopen (the module's bytes against the sha256 its row names).
+    layer = runtime_layer()
+    plain = LayerReader(layer.root, layer.label)
+    [bait] = [c for c in plain.group(group) if c.entry["key"] == target["key"]]
+    assert bait.entry["sha256"] == hashlib.sha256(planted).hexdigest()
+    os.close(open_verified(plain.trusted, bait.entry, "kernel module"))
+
+    # The runtime's table over the same layer: nothing of that group and one warning naming the
+    # repair; the library is never loaded.
+    table = DispatchTable(layers=[layer])
+    with pytest.warns(RuntimeWarning, match=r"does not match what the wheel's signature covers.*force-reinstall"):
+        assert table._group(group) == []
+    for cands in table.groups().values():
+        for cand in cands:
+            assert cand.entry["sha256"] != hashlib.sha256(planted).hexdigest()
+    assert not marker.exists()
+    # `cache verify`, the documented check after the reinstall, names the damage.
+    assert not verify_layer(next(x for x in wheel_layers() if x.root.parent == package)).ok
+
+
+def test_a_runtime_open_checks_less_than_a_report_and_both_refuse_a_swapped_manifest(
+        built, tmp_path, monkeypatch, keys) -> None:
+    """The runtime's open (full=False) skips SHA256SUMS, which it never reads; a report's open
+    checks it. A swapped manifest is refused by both."""
+    release, _ = keys
+    package = _installed(built, tmp_path, monkeypatch, release)
+    sums = package / "SHA256SUMS"
+    sums.write_text(sums.read_text().replace("0", "1", 1))
+
+    def layer(full: bool):
+        from kernelforge.cache.read.layers import wheel_layers
+
+        [x] = [x for x in wheel_layers(tmp_path / "memo", full=full) if x.root.parent == package]
+        return x
+
+    assert layer(full=False).refused is None
+    assert "SHA256SUMS is not the one" in (layer(full=True).refused or "")
+    _rewrite_manifest_consistently(package)
+    for full in (False, True):
+        assert "dispatch/manifest.json is not the one" in (layer(full).refused or ""), full
+
+
+# --- where the kernel wheels are, remembered per sys.path (cache/read/wheel_discovery.py) ------
+
+def _records(memo: Path) -> list[Path]:
+    from kernelforge.cache.read.wheel_discovery import RECORDS_DIR
+
+    return sorted((memo / "v1" / RECORDS_DIR).glob("*.json"))
+
+
+def _runtime_layers(memo: Path):
+    from kernelforge.cache.read.layers import wheel_layers
+
+    return wheel_layers(memo, full=False)
+
+
+def test_the_wheels_found_are_remembered_and_the_record_spares_the_listing(built, tmp_path, monkeypatch,
+                                                                           keys) -> None:
+    from kernelforge.cache.read import installed
+
+    release, _ = keys
+    package = _installed(built, tmp_path, monkeypatch, release)
+    memo = tmp_path / "user-cache"
+    first = [(x.root, x.refused, x.signer) for x in _runtime_layers(memo)]
+    assert (package / "cache", None, release.public.key_id) in first
+    [record] = _records(memo)
+    # A second open lists no directory and opens the same signed layers.
+    monkeypatch.setattr(installed, "dist_infos", lambda entry: pytest.fail(f"listed {entry} despite a valid record"))
+    assert [(x.root, x.refused, x.signer) for x in _runtime_layers(memo)] == first
+    # Reports list sys.path and write nothing.
+    monkeypatch.undo()
+    monkeypatch.syspath_prepend(str(package.parent))
+    record.unlink()
+    from kernelforge.cache.read.layers import wheel_layers
+
+    assert any(x.root == package / "cache" for x in wheel_layers())
+    assert _records(memo) == []
+
+
+def test_a_changed_site_directory_is_listed_again(built, tmp_path, monkeypatch, keys) -> None:
+    """Installing a kernel wheel into a directory already on sys.path, then removing it: the next
+    open finds it, then no longer serves it, though a record of the earlier state exists."""
+    release, _ = keys
+    site = tmp_path / "site"
+    site.mkdir()
+    monkeypatch.syspath_prepend(str(site))
+    memo = tmp_path / "user-cache"
+    assert not any(x.root.is_relative_to(site) for x in _runtime_layers(memo))
+    package = _installed(built, tmp_path, monkeypatch, release)  # unpacked into the same `site`
+    assert package.parent == site
+    assert [x.refused for x in _runtime_layers(memo) if x.root.is_relative_to(site)] == [None]
+    for dist_info in site.glob("*.dist-info"):
+        shutil.rmtree(dist_info)
+    assert not any(x.root.is_relative_to(site) for x in _runtime_layers(memo))
+
+
+def test_a_forged_record_never_makes_a_wheel_served(built, tmp_path, monkeypatch, keys) -> None:
+    """A record naming an attacker's package (an unsigned copy of a real wheel) as a kernel wheel:
+    the runtime opens it like a listed one and refuses it; a record that is not JSON is ignored."""
+    release, _ = keys
+    package = _installed(built, tmp_path, monkeypatch, release)
+    memo = tmp_path / "user-cache"
+    _runtime_layers(memo)
+    [record] = _records(memo)
+    evil = tmp_path / "evil" / package.name
+    shutil.copytree(package, evil)
+    (evil / "SIGNATURE.json").unlink()
+    data = json.loads(record.read_text())
+    data["wheels"] = [[n, v, dist, ver, str(evil)] for n, v, dist, ver, _ in data["wheels"]]
+    record.write_text(json.dumps(data))
+    [layer] = [x for x in _runtime_layers(memo) if x.root == evil / "cache"]
+    assert layer.refused is not None and "unsigned" in layer.refused
+    record.write_text("{not json")
+    assert [x.refused for x in _runtime_layers(memo) if x.root == package / "cache"] == [None]
+    assert json.loads(_records(memo)[0].read_text())["schema"] == 1  # rewritten

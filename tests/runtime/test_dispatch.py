@@ -121,8 +121,8 @@ def test_dispatch_views_serve_the_first_call_without_reading_the_index(fake_cach
     from kernelforge.runtime import dispatch, layer_reader
 
     class NoViews(views_mod.DispatchViews):
-        def __init__(self, root, trusted=None):
-            super().__init__(root, trusted)
+        def __init__(self, root, trusted=None, signed=None):
+            super().__init__(root, trusted, signed)
             self.manifest = None
 
     monkeypatch.setattr(layer_reader, "DispatchViews", NoViews)

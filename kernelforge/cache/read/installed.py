@@ -16,7 +16,7 @@ import os
 import re
 import sys
 from pathlib import Path
-from typing import NamedTuple
+from typing import Iterable, NamedTuple
 
 KERNEL_WHEEL = re.compile(r"-kernels-sm\d+[a-z]*$")  # canonical distribution names of kernel wheels
 
@@ -51,16 +51,21 @@ def canonical(name: str) -> str:
     return re.sub(r"[-_.]+", "-", name).lower()
 
 
-def installed() -> dict[str, Installed]:
-    """Every distribution with a `*.dist-info` directory on sys.path, by canonical name, the first
-    on the path winning. One directory listing per path entry; nothing is opened."""
+def dist_infos(entry: str) -> list[str] | None:
+    """The `*.dist-info` directory names in the sys.path entry `entry`, sorted (None: not a
+    listable directory: missing, a zip, unreadable). One listing; nothing is opened."""
+    try:
+        with os.scandir(entry or ".") as it:
+            return sorted(e.name for e in it if e.name.endswith(".dist-info"))
+    except OSError:
+        return None
+
+
+def listing_of(per_entry: Iterable[tuple[str, list[str]]]) -> dict[str, Installed]:
+    """The distributions of (sys.path entry, its dist-info names) pairs, in path order, by
+    canonical name, the first on the path winning."""
     found: dict[str, Installed] = {}
-    for entry in sys.path:
-        try:
-            with os.scandir(entry or ".") as it:
-                names = [e.name for e in it if e.name.endswith(".dist-info")]
-        except OSError:  # missing, not a directory (a zip), unreadable
-            continue
+    for entry, names in per_entry:
         for dirname in names:
             stem = dirname[:-len(".dist-info")]
             name, sep, version = stem.partition("-")
@@ -70,6 +75,12 @@ def installed() -> dict[str, Installed]:
             if key not in found:
                 found[key] = Installed(key, version, entry, dirname)
     return found
+
+
+def installed() -> dict[str, Installed]:
+    """Every distribution with a `*.dist-info` directory on sys.path, by canonical name, the first
+    on the path winning. One directory listing per path entry; nothing is opened."""
+    return listing_of((entry, dist_infos(entry) or []) for entry in sys.path)
 
 
 def headers(dist_info: Path) -> dict[str, str]:

@@ -16,7 +16,6 @@ Imports neither torch nor tvm_ffi (the CLI uses this on runtime-only nodes). Ver
 (a kernel wheel's files against its SHA256SUMS too) is maintenance: `cache.maintenance.verification`.
 """
 
-import importlib.util
 import json
 import os
 import warnings
@@ -24,9 +23,10 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 from kernelforge import registry
-from kernelforge.cache.read import installed
+from kernelforge.cache.read import installed, wheel_discovery
 from kernelforge.cache.read.fsio import read_regular
-from kernelforge.cache.read.wheel_signature import signature_status
+from kernelforge.cache.read.trust import TrustedRoot
+from kernelforge.cache.read.wheel_signature import check_wheel
 from kernelforge.config import CACHE_ENV, resolve_cache_root
 
 ENTRY_POINT_GROUP = "kernelforge.kernels"
@@ -49,6 +49,9 @@ class Layer(NamedTuple):
     refused: str | None = None
     manifest: dict[str, Any] | None = None
     signer: str | None = None  # the key id that signed a kernel wheel (None: unsigned, or not a wheel)
+    # A signed kernel wheel's dispatch manifest as its signature check read it: the runtime reads
+    # the wheel through this copy alone (`cache.read.wheel_signature`). None: not a signed wheel.
+    dispatch_manifest: bytes | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return {"root": str(self.root), "source": self.source, "label": self.label,
@@ -65,12 +68,14 @@ def running_versions(listing: dict[str, installed.Installed] | None = None) -> d
     return {"kernelforge": __version__, "tvm_ffi_abi": abi}
 
 
-def compatibility_problem(manifest: dict[str, Any],
-                          listing: dict[str, installed.Installed] | None = None) -> str | None:
-    """Why a kernel wheel's manifest does not match this process (one line), or None if it does."""
+def compatibility_problem(manifest: dict[str, Any], listing: dict[str, installed.Installed] | None = None,
+                          running: dict[str, str] | None = None) -> str | None:
+    """Why a kernel wheel's manifest does not match this process (one line), or None if it does
+    (`running`: `running_versions(listing)` already made)."""
     if listing is None:
         listing = installed.installed()
-    running = running_versions(listing)
+    if running is None:
+        running = running_versions(listing)
     problems = []
     if manifest.get("kernelforge") != running["kernelforge"]:
         problems.append(f"built for kernelforge {manifest.get('kernelforge')!s}, running {running['kernelforge']}")
@@ -97,18 +102,42 @@ def _plugin_version(dist: str, listing: dict[str, installed.Installed]) -> str |
     return found.pop() if len(found) == 1 else None
 
 
-def _wheel_layer(ep: installed.KernelEntryPoint, listing: dict[str, installed.Installed],
-                 memo_root: Path | None) -> Layer | None:
+class _Opening:
+    """What every wheel of one `wheel_layers` call shares, each read once: the writable root's
+    trust policy, the installed distributions and kernel wheels (`cache.read.wheel_discovery`),
+    the running versions and the trusted keys."""
+
+    def __init__(self, memo_root: Path | None, full: bool) -> None:
+        self.full = full
+        self.memo = TrustedRoot(memo_root) if memo_root is not None else None
+        self.listing, self.wheels = wheel_discovery.found(ENTRY_POINT_GROUP, self.memo)
+        self._running: dict[str, str] | None = None
+        self._trusted: list[Any] = []
+
+    @property
+    def running(self) -> dict[str, str]:
+        if self._running is None:
+            self._running = running_versions(self.listing)
+        return self._running
+
+    @property
+    def trusted(self) -> Any:
+        """The trusted keys, or None if they cannot be read: then each wheel's check reads them
+        itself and is refused with the reason."""
+        if not self._trusted:
+            from kernelforge.cache.read.trusted_keys import SigningError, trusted_keys
+
+            try:
+                self._trusted.append(trusted_keys())
+            except SigningError:
+                self._trusted.append(None)
+        return self._trusted[0]
+
+
+def _wheel_layer(ep: installed.KernelEntryPoint, package: Path | None, opening: _Opening) -> Layer | None:
     label = f"wheel {ep.distribution} {ep.version}"
-    try:
-        # find_spec locates the package without running its code.
-        spec = importlib.util.find_spec(ep.value)
-    except (ImportError, ValueError):
-        spec = None
-    locations = list(spec.submodule_search_locations or ()) if spec is not None else []
-    if not locations:
+    if package is None:
         return Layer(Path(ep.value), "wheel", label, False, f"its package {ep.value!r} is not importable")
-    package = Path(locations[0])
     root = package / WHEEL_CACHE_DIR
     try:  # read_regular: a FIFO there is refused, never waited on
         manifest = json.loads(read_regular(package / WHEEL_MANIFEST, 64 << 20, follow=True))
@@ -116,22 +145,23 @@ def _wheel_layer(ep: installed.KernelEntryPoint, listing: dict[str, installed.In
             raise ValueError("not a JSON object")
     except (OSError, ValueError) as exc:
         return Layer(root, "wheel", label, False, f"its {WHEEL_MANIFEST} is unusable ({exc})")
-    problem = compatibility_problem(manifest, listing)
+    problem = compatibility_problem(manifest, opening.listing, opening.running)
     if problem:
         problem += "; install the kernel wheel built for this kernelforge"
         return Layer(root, "wheel", label, False, problem, manifest)
-    problem, signer = signature_status(package, ep.distribution, memo_root)
-    return Layer(root, "wheel", label, False, problem, manifest, signer)
+    check = check_wheel(package, ep.distribution, opening.memo, trusted=opening.trusted, full=opening.full)
+    return Layer(root, "wheel", label, False, check.refused, manifest, check.signer, check.manifest)
 
 
-def wheel_layers(memo_root: Path | None = None) -> list[Layer]:
+def wheel_layers(memo_root: Path | None = None, *, full: bool = True) -> list[Layer]:
     """Installed kernel wheels, in a stable order (package, then entry-point name): every entry
     point of the group, one layer per package (several kernel wheels, e.g. the built-in ops' and
     a plugin's of one arch, are all layers). `memo_root`: the writable cache root, where the
-    signatures verified are remembered (`cache.read.wheel_signature`)."""
-    listing = installed.installed()
-    eps = installed.kernel_entry_points(ENTRY_POINT_GROUP, listing)
-    layers = [_wheel_layer(ep, listing, memo_root) for ep in sorted(eps, key=lambda e: (e.value, e.name))]
+    signatures verified and the wheels found are remembered; `full`: check every file the statement binds, not only
+    those the runtime reads (`cache.read.wheel_signature.check_wheel`)."""
+    opening = _Opening(memo_root, full)
+    layers = [_wheel_layer(ep, package, opening)
+              for ep, package in sorted(opening.wheels, key=lambda w: (w[0].value, w[0].name))]
     seen: set[Path] = set()
     out = []
     for layer in layers:
@@ -146,13 +176,14 @@ def resolve_layers(cli_value: str | os.PathLike[str] | None = None, *, remember:
 
     `remember` (the runtime's first call): kernel-wheel signatures verified are remembered in the
     user/checkout cache (`cache.read.wheel_signature`), created if missing, so later processes
-    skip the check. Reports and `cache verify` leave it False: they check every signature and
+    skip the check, and of a signed wheel only the files the runtime reads are checked. Reports
+    and `cache verify` leave it False: they check every signature and every file it binds, and
     write nothing."""
     root, source = resolve_cache_root(cli_value)
     first = Layer(root, source, source, True)
     if source in EXPLICIT_SOURCES:
         return [first]
-    return [first, *wheel_layers(root if remember else None)]
+    return [first, *wheel_layers(root if remember else None, full=not remember)]
 
 
 _warned: set[Path] = set()

@@ -21,48 +21,48 @@ paths with a key whose public half users list as trusted (https://nixos.org/manu
 from __future__ import annotations
 
 import base64
-import binascii
 import hashlib
 import json
 import os
-from fnmatch import fnmatchcase
 from pathlib import Path
-from typing import Any, Iterable, Mapping, NamedTuple
+from typing import Any, Iterable, Mapping
 
-from kernelforge.cache.read.fsio import read_regular
-from kernelforge.errors import CacheError
+from kernelforge.cache.read.trusted_keys import (
+    ALLOW_UNSIGNED_ENV,
+    KEY_TYPE,
+    TRUSTED_KEYS_ENV,
+    PublicKey,
+    SigningError,
+    TrustedKeys,
+    _read_small,
+    _verified_body,
+    default_trusted_keys_path,
+    parse_public_keys,
+    trusted_keys,
+    unsigned_allowed,
+    verify_statement,
+)
 
-KEY_TYPE = "kernelforge-ed25519"
+__all__ = ["ALLOW_UNSIGNED_ENV", "KEY_TYPE", "MANIFEST_FORMAT", "SIGNATURES_DIR", "TRUSTED_KEYS_ENV", "PublicKey",
+           "SignedManifest", "SigningError", "SigningKey", "TrustedKeys", "default_trusted_keys_path",
+           "generate_key", "load_signing_key", "manifest_entries", "manifest_name", "parse_public_keys",
+           "read_manifests", "sign_manifest", "sign_statement", "trusted_keys", "unsigned_allowed",
+           "verify_manifest", "verify_statement", "write_manifest"]
+
 MANIFEST_FORMAT = "kernelforge-signed-manifest"
 SIGNATURES_DIR = "signatures"  # under v1/ of a cache root, a bundle and a remote store
-TRUSTED_KEYS_ENV = "KERNELFORGE_TRUSTED_KEYS"
-ALLOW_UNSIGNED_ENV = "KERNELFORGE_ALLOW_UNSIGNED"  # fnmatch patterns of sources, separated by ","
 _MAX_MANIFEST_BYTES = 64 * 2**20  # a manifest lists digests: far below this for any real cache
 
 
-class SigningError(CacheError):
-    """A key or signature file is unusable, or a signature does not verify."""
-
-
-class PublicKey(NamedTuple):
-    raw: bytes
-    comment: str = ""
-
-    @property
-    def key_id(self) -> str:
-        return hashlib.sha256(self.raw).hexdigest()[:16]
-
-    def line(self) -> str:
-        text = f"{KEY_TYPE} {base64.b64encode(self.raw).decode('ascii')}"
-        return f"{text} {self.comment}".rstrip()
-
-
-class SignedManifest(NamedTuple):
+class SignedManifest:
     """A manifest whose signature verified: its signer and what it vouches for."""
 
-    signer: str  # key id
-    entries: dict[str, dict[str, Any]]  # key -> {"kind", "name", "files": {rel: sha256}}
-    document: bytes  # the exact bytes, to be copied along with the entries it covers
+    __slots__ = ("signer", "entries", "document")
+
+    def __init__(self, signer: str, entries: dict[str, dict[str, Any]], document: bytes) -> None:
+        self.signer = signer  # key id
+        self.entries = entries  # key -> {"kind", "name", "files": {rel: sha256}}
+        self.document = document  # the exact bytes, to be copied along with the entries it covers
 
     @property
     def name(self) -> str:
@@ -76,82 +76,8 @@ class SignedManifest(NamedTuple):
         return listed["files"] == {rel: str(info["sha256"]) for rel, info in files.items()}
 
 
-class TrustedKeys(NamedTuple):
-    keys: dict[str, PublicKey]  # key id -> key
-    source: str  # where they were read from, for messages ("none configured" if empty)
-
-
 def manifest_name(document: bytes) -> str:
     return hashlib.sha256(document).hexdigest() + ".json"
-
-
-def _b64(text: str, what: str) -> bytes:
-    try:
-        return base64.b64decode(text.encode("ascii"), validate=True)
-    except (binascii.Error, ValueError, UnicodeEncodeError):
-        raise SigningError(f"{what}: not base64") from None
-
-
-def parse_public_keys(text: str, where: str) -> list[PublicKey]:
-    """The keys of a trusted-keys or .pub file; SigningError naming `where` and the line otherwise."""
-    keys = []
-    for number, line in enumerate(text.splitlines(), 1):
-        line = line.strip()
-        if not line or line.startswith("#"):
-            continue
-        kind, _, rest = line.partition(" ")
-        data, _, comment = rest.strip().partition(" ")
-        if kind != KEY_TYPE:
-            raise SigningError(f"{where}:{number}: expected '{KEY_TYPE} <base64 public key> [comment]'")
-        raw = _b64(data, f"{where}:{number}")
-        if len(raw) != 32:
-            raise SigningError(f"{where}:{number}: an ed25519 public key has 32 bytes, this one {len(raw)}")
-        keys.append(PublicKey(raw, comment.strip()))
-    return keys
-
-
-def _read_small(path: Path, what: str, limit: int = 1 << 20) -> bytes:
-    """A regular file's bytes (`fsio.read_regular`: a FIFO, directory or device is refused before
-    it is read, never waited on); SigningError naming `what` and the path otherwise."""
-    try:
-        return read_regular(path, limit, follow=True)
-    except OSError as exc:
-        raise SigningError(f"{what} {path}: {exc.strerror or exc}") from None
-
-
-def unsigned_allowed(source: str, flag: bool = False) -> bool:
-    """Whether unsigned entries from `source` (a path, URL or distribution name) are accepted:
-    `--allow-unsigned` for this command, or a pattern of $KERNELFORGE_ALLOW_UNSIGNED."""
-    if flag:
-        return True
-    patterns = [p.strip() for p in os.environ.get(ALLOW_UNSIGNED_ENV, "").split(",") if p.strip()]
-    return any(fnmatchcase(source, p) for p in patterns)
-
-
-def default_trusted_keys_path() -> Path:
-    base = os.environ.get("XDG_CONFIG_HOME") or os.path.join(os.path.expanduser("~"), ".config")
-    return Path(base) / "kernelforge" / "trusted-keys"
-
-
-def trusted_keys(cli_value: str | os.PathLike[str] | None = None) -> TrustedKeys:
-    """The trusted public keys: `--trusted-keys`, else $KERNELFORGE_TRUSTED_KEYS, else the default
-    file if it exists (none otherwise). A named file that is missing or malformed is an error."""
-    if cli_value is not None:
-        paths, source = [Path(cli_value)], f"--trusted-keys {cli_value}"
-    elif os.environ.get(TRUSTED_KEYS_ENV):
-        paths = [Path(p) for p in os.environ[TRUSTED_KEYS_ENV].split(os.pathsep) if p]
-        source = f"${TRUSTED_KEYS_ENV}"
-    else:
-        default = default_trusted_keys_path()
-        if not default.is_file():
-            return TrustedKeys({}, "none configured")
-        paths, source = [default], str(default)
-    keys: dict[str, PublicKey] = {}
-    for path in paths:
-        text = _read_small(path, "trusted keys file").decode("utf-8", errors="replace")
-        for key in parse_public_keys(text, str(path)):
-            keys[key.key_id] = key
-    return TrustedKeys(keys, source)
 
 
 # ---- key pairs ----
@@ -184,9 +110,12 @@ def generate_key(path: Path, comment: str = "") -> PublicKey:
     return public
 
 
-class SigningKey(NamedTuple):
-    private: Any  # cryptography's Ed25519PrivateKey
-    public: PublicKey
+class SigningKey:
+    __slots__ = ("private", "public")
+
+    def __init__(self, private: Any, public: PublicKey) -> None:
+        self.private = private  # cryptography's Ed25519PrivateKey
+        self.public = public
 
     def sign(self, data: bytes) -> bytes:
         return self.private.sign(data)
@@ -236,38 +165,6 @@ def sign_statement(key: SigningKey, statement: Mapping[str, Any]) -> bytes:
     return (json.dumps(doc, sort_keys=True, indent=0) + "\n").encode("utf-8")
 
 
-def _verified_body(document: bytes, trusted: TrustedKeys | None, where: str,
-                   signature_checked: bool = False) -> dict[str, Any]:
-    """The body of a signature document whose signature verifies with its stated key, and (when
-    `trusted` is given) whose key is trusted; SigningError (one line) otherwise.
-    `signature_checked`: these very bytes verified before (the check is a function of the
-    document alone, which names its key), so only the key's trust is checked again."""
-    try:
-        doc = json.loads(document)
-        body_text = doc["body"]
-        body = json.loads(body_text)
-        signature = _b64(doc["signature"], where)
-        raw = _b64(body["public_key"], where)
-        signer = body["signer"]
-    except (ValueError, KeyError, TypeError):
-        raise SigningError(f"{where}: not a kernelforge signature document") from None
-    if not isinstance(body, dict) or PublicKey(raw).key_id != signer:
-        raise SigningError(f"{where}: its key id does not match its public key")
-    # The whole public key must be the trusted one: an id is 64 bits of its hash.
-    if trusted is not None and (signer not in trusted.keys or trusted.keys[signer].raw != raw):
-        raise SigningError(f"{where}: signed by key {signer}, which is not trusted (trusted keys: {trusted.source})")
-    if signature_checked:
-        return body
-    from cryptography.exceptions import InvalidSignature
-    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
-
-    try:
-        Ed25519PublicKey.from_public_bytes(raw).verify(signature, body_text.encode("utf-8"))
-    except (InvalidSignature, ValueError):
-        raise SigningError(f"{where}: the signature of key {signer} does not verify") from None
-    return body
-
-
 def verify_manifest(document: bytes, trusted: TrustedKeys | None, where: str) -> SignedManifest:
     """A manifest document checked (see `_verified_body`); SigningError otherwise."""
     body = _verified_body(document, trusted, where)
@@ -275,17 +172,6 @@ def verify_manifest(document: bytes, trusted: TrustedKeys | None, where: str) ->
     if body.get("format") != MANIFEST_FORMAT or not isinstance(entries, dict):
         raise SigningError(f"{where}: not a kernelforge signed manifest")
     return SignedManifest(str(body["signer"]), entries, document)
-
-
-def verify_statement(document: bytes, trusted: TrustedKeys | None, where: str,
-                     signature_checked: bool = False) -> tuple[str, dict[str, Any]]:
-    """(signer key id, statement) of a signed statement; SigningError otherwise
-    (`signature_checked`: see `_verified_body`)."""
-    body = _verified_body(document, trusted, where, signature_checked)
-    statement = body.get("statement")
-    if body.get("format") != "kernelforge-signed-statement" or not isinstance(statement, dict):
-        raise SigningError(f"{where}: not a kernelforge signed statement")
-    return str(body["signer"]), statement
 
 
 def read_manifests(directory: Path) -> list[tuple[str, bytes]]:

@@ -113,12 +113,25 @@ class DispatchViews:
 
     Every file is opened through the trust policy (`TrustedRoot`); an untrusted path raises
     UntrustedCache, anything merely stale or damaged makes the caller read the index instead.
+    `signed`: the manifest's bytes as a kernel wheel's signature check read them; then neither
+    the index nor the manifest file is read, and the caller never reads the index instead
+    (`cache.read.wheel_signature`).
     """
 
-    def __init__(self, root: str | os.PathLike[str], trusted: TrustedRoot | None = None) -> None:
+    def __init__(self, root: str | os.PathLike[str], trusted: TrustedRoot | None = None,
+                 signed: bytes | None = None) -> None:
         self.trusted = trusted or TrustedRoot(root)
         self.manifest: dict[str, Any] | None = None
+        self.signed = signed is not None
         schema = f"v{SCHEMA_VERSION}"
+        if signed is not None:
+            try:
+                data = json.loads(signed)
+            except ValueError:
+                return
+            if _usable(data):
+                self.manifest = data
+            return
         try:
             fd = self.trusted.open_file((schema, INDEX_NAME))
         except MissingCacheFile:
@@ -132,9 +145,7 @@ class DispatchViews:
             data = json.loads(self.trusted.read_bytes((schema, VIEWS_DIR, MANIFEST)))
         except (MissingCacheFile, ValueError):
             return
-        if (isinstance(data, dict) and data.get("schema") == SCHEMA_VERSION
-                and data.get("generation") == m.group(1).decode() and data.get("index_size") == size
-                and isinstance(data.get("groups"), dict) and isinstance(data.get("runtimes"), dict)):
+        if _usable(data) and data.get("generation") == m.group(1).decode() and data.get("index_size") == size:
             self.manifest = data
 
     def group(self, gid: str) -> list[dict[str, Any]] | None:
@@ -156,6 +167,11 @@ class DispatchViews:
         if not isinstance(data, dict) or data.get("group") != gid or not isinstance(data.get("entries"), list):
             return None
         return data["entries"]
+
+
+def _usable(data: Any) -> bool:
+    return (isinstance(data, dict) and data.get("schema") == SCHEMA_VERSION
+            and isinstance(data.get("groups"), dict) and isinstance(data.get("runtimes"), dict))
 
 
 def with_main_path(layout: Layout, entry: dict[str, Any]) -> dict[str, Any] | None:
