@@ -10,7 +10,9 @@ and a CUDA tensor made before the clock) with PYTHONPATH=SITE, from the default 
 KERNELFORGE_CACHE_DIR=DIR, the 2 x sites sources alternated `--runs` times so that the host's
 drift weighs on all alike. Prints min / median / max per source and, per site, the difference
 of the medians (the benchmark's definition, `bench_startup.layers_vs_cache_dir`); the last line
-is JSON.
+is JSON. `--stages`: `diag.py first-call` children instead, and the stage medians per source
+(host_evidence.py's table): the layers and resolve stages, which the totals' spread between
+processes hides.
 """
 from __future__ import annotations
 
@@ -44,6 +46,20 @@ def summary(samples: dict[str, list[float]], sites: list[str]) -> dict:
             "wheel_minus_directory_ms": {site: med[f"{site} wheel"] - med[f"{site} directory"] for site in sites}}
 
 
+def stages(envs: dict[str, dict[str, str]], runs: int) -> None:
+    """`diag.py first-call` (quantize mxfp8 first) in `runs` fresh processes per source, alternated;
+    host_evidence.py's table of the stage medians, then the rows as JSON."""
+    import torch
+
+    import diag
+    import host_evidence
+
+    children = diag.first_call_children("quantize", runs, envs)
+    rows = [host_evidence.first_call_summary(source, c) for source, c in children.items()]
+    print("\n".join(host_evidence.markdown(rows, torch.cuda.get_device_name())[2:]))
+    print(json.dumps(rows))
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--site", action="append", required=True, metavar="NAME=DIR",
@@ -51,6 +67,7 @@ def main() -> None:
     ap.add_argument("--cache-dir", required=True, help="a cache directory holding the same builds")
     ap.add_argument("--runs", type=int, default=12, help="processes per source")
     ap.add_argument("--op", default=OPS[0], choices=OPS)
+    ap.add_argument("--stages", action="store_true", help="stage medians from diag.py first-call children")
     args = ap.parse_args()
     sites = {}
     for item in args.site:
@@ -61,6 +78,9 @@ def main() -> None:
     if not Path(args.cache_dir).is_dir():
         sys.exit(f"--cache-dir: expected an existing directory, got {args.cache_dir!r}")
     envs = sources(sites, args.cache_dir)
+    if args.stages:
+        stages(envs, args.runs)
+        return
     samples: dict[str, list[float]] = {name: [] for name in envs}
     device = ""
     for _ in range(args.runs):
