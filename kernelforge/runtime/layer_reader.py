@@ -173,7 +173,8 @@ class LayerReader:
         if key in self._tables:
             return self._tables[key]
         if self._signed_manifest is not None:
-            self._dispatch_views()
+            with self._lock:
+                self._dispatch_views()
         if self._views is None or self._views.manifest is None:
             self.load_index_once()
             entries = self._tuning

@@ -362,14 +362,24 @@ def _runtime_layers(memo: Path):
 
 def test_the_wheels_found_are_remembered_and_the_record_spares_the_listing(built, tmp_path, monkeypatch,
                                                                            keys) -> None:
-    from kernelforge.cache.read import installed
+    from kernelforge.cache.read import installed, wheel_discovery
 
     release, _ = keys
     package = _installed(built, tmp_path, monkeypatch, release)
     memo = tmp_path / "user-cache"
+    # The site directory was just written: its times are too recent to be kept (the racy rule)...
+    _runtime_layers(memo)
+    [record] = _records(memo)
+    entries = dict(zip(json.loads(record.read_text())["path"], json.loads(record.read_text())["entries"]))
+    assert entries[str(package.parent)][0][2:] == [None, None]
+    # ... unless the rule's window is closed, as it is for a site installed long ago.
+    monkeypatch.setattr(wheel_discovery, "RACY_NS", 0)
+    record.unlink()
     first = [(x.root, x.refused, x.signer) for x in _runtime_layers(memo)]
     assert (package / "cache", None, release.public.key_id) in first
     [record] = _records(memo)
+    entries = dict(zip(json.loads(record.read_text())["path"], json.loads(record.read_text())["entries"]))
+    assert None not in entries[str(package.parent)][0]
     # A second open lists no directory and opens the same signed layers.
     monkeypatch.setattr(installed, "dist_infos", lambda entry: pytest.fail(f"listed {entry} despite a valid record"))
     assert [(x.root, x.refused, x.signer) for x in _runtime_layers(memo)] == first
@@ -419,3 +429,52 @@ def test_a_forged_record_never_makes_a_wheel_served(built, tmp_path, monkeypatch
     record.write_text("{not json")
     assert [x.refused for x in _runtime_layers(memo) if x.root == package / "cache"] == [None]
     assert json.loads(_records(memo)[0].read_text())["schema"] == 1  # rewritten
+
+
+def test_the_records_keep_the_cache_trusted_under_a_group_writable_umask(built, tmp_path, monkeypatch,
+                                                                          keys) -> None:
+    """A runtime-only node whose umask is 002: the first call creates the cache directory for its
+    records, and the trust policy (which refuses group-writable directories) still accepts it."""
+    from typer.testing import CliRunner
+
+    from kernelforge.cache.read.trust import TrustedRoot
+    from kernelforge.cli import app
+
+    release, _ = keys
+    package = _installed(built, tmp_path, monkeypatch, release)
+    xdg = tmp_path / "fresh-home" / ".cache"
+    memo = xdg / "kernelforge"
+    old = os.umask(0o002)
+    try:
+        assert [x.refused for x in _runtime_layers(memo) if x.root == package / "cache"] == [None]
+    finally:
+        os.umask(old)
+    created = [p for p in [xdg.parent, *xdg.parent.rglob("*")]]
+    assert len(created) >= 5  # the home, .cache, the cache root, v1, the records and markers
+    for p in created:
+        assert p.stat().st_mode & 0o022 == 0, (p, oct(p.stat().st_mode))
+    [record] = _records(memo)
+    TrustedRoot(memo).read_bytes(("v1", record.parent.name, record.name))
+    monkeypatch.setenv("XDG_CACHE_HOME", str(xdg))
+    r = CliRunner().invoke(app, ["cache", "verify"], env={"COLUMNS": "300"})
+    assert r.exit_code == 0 and "untrusted" not in r.output.lower(), r.output
+
+
+def test_a_record_is_per_working_directory_and_a_non_str_path_entry_is_listed(built, tmp_path, monkeypatch,
+                                                                              keys) -> None:
+    """sys.path's "" is the working directory: a wheel found from one must not be served from
+    another. A sys.path entry that is not a str (a Path) makes the runtime list, not fail."""
+    import sys
+
+    release, _ = keys
+    a = _installed(built, tmp_path, monkeypatch, release, name="A")
+    b = _installed(built, tmp_path, monkeypatch, release, name="B")
+    monkeypatch.setattr(sys, "path", ["", *[p for p in sys.path if p not in (str(a.parent), str(b.parent))]])
+    memo = tmp_path / "user-cache"
+    for site in (a.parent, b.parent, a.parent):
+        monkeypatch.chdir(site)
+        roots = [x.root for x in _runtime_layers(memo) if x.root.name == "cache" and x.root.parent.name == a.name]
+        assert roots == [site / a.name / "cache"], (site, roots)
+    assert len(_records(memo)) == 2
+    monkeypatch.setattr(sys, "path", [*sys.path, tmp_path / "a-path-object"])
+    assert [x.root for x in _runtime_layers(memo) if x.root.parent.name == a.name] == [a / "cache"]

@@ -27,6 +27,24 @@ def atomic_write_text(path: Path, payload: str) -> None:
     fsync_dir(path.parent)
 
 
+def make_dirs(path: Path, mode: int = 0o755) -> None:
+    """Create `path` and its missing parents, each with at most `mode` (a umask only takes bits
+    away). `Path.mkdir(parents=True)` and `os.makedirs` give the parents the umask's mode, which
+    may be group-writable, and the trust policy refuses a group-writable cache directory
+    (cache/read/trust.py): the runtime's own records must never make the user's cache untrusted."""
+    missing = []
+    while not os.path.isdir(path):
+        missing.append(path)
+        if path.parent == path:
+            break
+        path = path.parent
+    for directory in reversed(missing):
+        try:
+            os.mkdir(directory, mode)
+        except FileExistsError:
+            pass
+
+
 def current_umask() -> int:
     """The process umask, read without changing it (Linux /proc), else by a set-and-restore."""
     try:

@@ -4,14 +4,16 @@ cache layer, so that a process's first kernel call lists no unchanged site direc
 Finding the kernel wheels lists every sys.path directory (`cache.read.installed`: a cost that
 grows with the environment and with the working directory, which is sys.path's first entry for
 `python -c`, `-m` and the REPL), reads their entry points and locates their packages. The
-runtime's first call (`layers.resolve_layers(remember=True)`) keeps what it found in
-`v1/found-wheels/<id>.json` of the writable layer, `<id>` naming the interpreter and sys.path:
-each sys.path directory's identity and change times with its `*.dist-info` names, and the kernel
-wheels' entry points and packages. pip creates, removes or renames a `*.dist-info` directory on
-every install, upgrade and uninstall, and creating or removing a directory entry updates the
-parent's mtime and ctime (https://pubs.opengroup.org/onlinepubs/9799919799/functions/mkdir.html).
-So a later process lists only the directories whose identity or times changed (a working
-directory being written to, say); while their `*.dist-info` names are the recorded ones and the
+runtime's first call (`layers.resolve_layers(remember=True)`) keeps what it found, when it found a
+kernel wheel, in `v1/found-wheels/<id>.json` of the writable layer, `<id>` naming the interpreter
+and sys.path (made absolute: `""` is the working directory): each sys.path directory's device,
+inode and change times with its `*.dist-info` names, and the kernel wheels' entry points and
+packages. pip creates, removes or renames a `*.dist-info` directory on every install, upgrade and
+uninstall, and creating or removing a directory entry updates the parent's mtime and ctime
+(https://pubs.opengroup.org/onlinepubs/9799919799/functions/mkdir.html). So a later process
+lists only the directories whose times changed (a working directory being written to, say, or
+one changed within two seconds of the record, whose times are not kept); while those hold the
+recorded `*.dist-info` names, every directory is the recorded one (device and inode) and the
 recorded packages are still directories, it uses the record, and otherwise it finds everything
 again and rewrites the record.
 
@@ -26,10 +28,13 @@ import hashlib
 import json
 import os
 import sys
+import threading
+import time
 from pathlib import Path
 from typing import Any
 
 from kernelforge.cache.read import installed
+from kernelforge.cache.read.fsio import make_dirs
 from kernelforge.cache.read.trust import MissingCacheFile, TrustedRoot
 from kernelforge.errors import CacheError
 
@@ -41,11 +46,20 @@ Wheels = list[tuple[installed.KernelEntryPoint, "Path | None"]]  # entry point, 
 Found = tuple[dict[str, installed.Installed], Wheels]
 
 
-def _identity(entry: str) -> list[int] | None:
+RACY_NS = 2 * 10**9  # a directory changed this recently may change again within its timestamp's tick
+
+
+def _identity(entry: str, now_ns: int | None = None) -> list[int | None] | None:
+    """[dev, inode, mtime, ctime] of a sys.path directory (None: not there). With `now_ns` (the
+    record being written), times that close to now are left out, so that an install landing in the
+    same timestamp tick as the listing is still seen: git's racy-clean rule
+    (https://git-scm.com/docs/racy-git)."""
     try:
         st = os.stat(entry or ".")
     except OSError:
         return None
+    if now_ns is not None and now_ns - max(st.st_mtime_ns, st.st_ctime_ns) < RACY_NS:
+        return [st.st_dev, st.st_ino, None, None]
     return [st.st_dev, st.st_ino, st.st_mtime_ns, st.st_ctime_ns]
 
 
@@ -85,8 +99,14 @@ def _from_record(data: Any, path: list[str]) -> Found | None:
     try:
         per_entry = []
         for entry, (identity, names) in zip(path, data["entries"]):
-            if identity != _identity(entry) and names != (installed.dist_infos(entry) or []):
-                return None
+            now = _identity(entry)
+            if identity != now:
+                # The same directory with other times: listed again, still valid if it holds the
+                # same distributions. Another directory (or none): found again.
+                if now is None or identity is None or identity[:2] != now[:2]:
+                    return None
+                if names != (installed.dist_infos(entry) or []):
+                    return None
             per_entry.append((entry, [str(n) for n in names]))
         wheels = [(installed.KernelEntryPoint(str(n), str(v), str(dist), str(ver)), Path(p) if p else None)
                   for n, v, dist, ver, p in data["wheels"]]
@@ -100,9 +120,11 @@ def _from_record(data: Any, path: list[str]) -> Found | None:
 def found(group: str, memo: TrustedRoot | None) -> Found:
     """`scan(group)`, through the record of this interpreter and sys.path in the root of `memo`
     (the writable cache root; None: always list, write nothing)."""
-    if memo is None:
+    if memo is None or not all(isinstance(entry, str) for entry in sys.path):
         return scan(group)
-    path = list(sys.path)
+    # Absolute paths: "" (the working directory) and relative entries name other directories
+    # in another working directory, and the packages found are recorded absolute.
+    path = [os.path.abspath(entry or ".") for entry in sys.path]
     name = record_name(sys.executable, path)
     try:
         hit = _from_record(json.loads(memo.read_bytes(("v1", RECORDS_DIR, name))), path)
@@ -110,27 +132,33 @@ def found(group: str, memo: TrustedRoot | None) -> Found:
         hit = None
     if hit is not None:
         return hit
-    entries = [(_identity(entry), installed.dist_infos(entry) or []) for entry in path]
+    now_ns = time.time_ns()
+    entries = [(_identity(entry, now_ns), installed.dist_infos(entry) or []) for entry in path]
     listing = installed.listing_of((entry, names) for entry, (_, names) in zip(path, entries))
     wheels = _wheels_of(group, listing)
-    _write(memo.root / "v1" / RECORDS_DIR, name, {
-        "schema": _SCHEMA, "python": sys.executable, "path": path, "entries": entries,
-        "wheels": [[ep.name, ep.value, ep.distribution, ep.version, str(p) if p else None] for ep, p in wheels]})
+    if wheels:  # nothing to remember without a kernel wheel: the cache stays unwritten
+        _write(memo.root / "v1" / RECORDS_DIR, name, {
+            "schema": _SCHEMA, "python": sys.executable, "path": path, "entries": entries,
+            "wheels": [[ep.name, ep.value, ep.distribution, ep.version, str(p) if p else None]
+                       for ep, p in wheels]})
     return listing, wheels
 
 
 def _write(directory: Path, name: str, record: dict[str, Any]) -> None:
-    """Best effort, without fsync (a record lost in a crash is found again); a read-only cache
-    stays unwritten; the oldest records beyond MAX_RECORDS go."""
+    """Best effort, without fsync (a record lost in a crash is found again): a read-only cache
+    stays unwritten; directories 0755 and files 0644 at most whatever the umask (the trust policy
+    refuses group-writable ones); the oldest records beyond MAX_RECORDS go."""
     try:
-        directory.mkdir(parents=True, exist_ok=True)
-        tmp = directory / f".{name}.{os.getpid()}.tmp"
-        tmp.write_text(json.dumps(record, separators=(",", ":")), encoding="utf-8")
+        make_dirs(directory)
+        tmp = directory / f".{name}.{os.getpid()}.{threading.get_ident()}.tmp"
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(json.dumps(record, separators=(",", ":")))
         os.replace(tmp, directory / name)
         records = list(directory.glob("*.json"))
         if len(records) > MAX_RECORDS:
             records.sort(key=lambda p: p.stat().st_mtime_ns)
             for old in records[:-MAX_RECORDS]:
                 old.unlink(missing_ok=True)
-    except OSError:
+    except (OSError, TypeError, ValueError):
         pass

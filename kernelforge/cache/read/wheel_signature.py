@@ -30,7 +30,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from kernelforge.cache.read.fsio import open_regular
+from kernelforge.cache.read.fsio import make_dirs, open_regular
 from kernelforge.cache.read.trust import TrustedRoot
 
 # `cache.read.trusted_keys` is imported when a wheel is opened, not with this module: the runtime
@@ -74,12 +74,12 @@ def _remember(memo: TrustedRoot | None, digest: str) -> None:
         return
     try:
         directory = memo.root / "v1" / VERIFIED_DIR
-        directory.mkdir(parents=True, exist_ok=True)
+        make_dirs(directory)
         dfd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
         try:
             # O_EXCL: never open what is already there (a FIFO's open for writing would wait for a reader)
             flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK
-            os.close(os.open(digest, flags, 0o666, dir_fd=dfd))
+            os.close(os.open(digest, flags, 0o644, dir_fd=dfd))
         finally:
             os.close(dfd)
     except OSError:
