@@ -45,7 +45,8 @@ class Candidate(NamedTuple):
 class LayerReader:
     """The runtime's view of one cache root (one layer): its dispatch groups, runtime libraries
     and tuning tables, read lazily from the dispatch views, or from the index when they do not
-    match it. Every file is opened through the trust policy of this root."""
+    match it (never for a signed kernel wheel: `signed_manifest`). Every file is opened through
+    the trust policy of this root."""
 
     def __init__(self, root: Path, label: str = "", writable: bool = False,
                  signed_manifest: bytes | None = None) -> None:

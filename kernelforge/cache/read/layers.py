@@ -157,8 +157,8 @@ def wheel_layers(memo_root: Path | None = None, *, full: bool = True) -> list[La
     """Installed kernel wheels, in a stable order (package, then entry-point name): every entry
     point of the group, one layer per package (several kernel wheels, e.g. the built-in ops' and
     a plugin's of one arch, are all layers). `memo_root`: the writable cache root, where the
-    signatures verified and the wheels found are remembered; `full`: check every file the statement binds, not only
-    those the runtime reads (`cache.read.wheel_signature.check_wheel`)."""
+    signatures verified and the wheels found are remembered; `full`: check every file the
+    statement binds, not only those the runtime reads (`cache.read.wheel_signature.check_wheel`)."""
     opening = _Opening(memo_root, full)
     layers = [_wheel_layer(ep, package, opening)
               for ep, package in sorted(opening.wheels, key=lambda w: (w[0].value, w[0].name))]
