@@ -162,13 +162,29 @@ def _problem(fam: object) -> str | None:
     return None
 
 
+def own_distribution(package_dir: Path) -> Any:
+    """The `importlib.metadata` distribution installed with the kernelforge package at
+    `package_dir`: the `kernelforge-<version>.dist-info` beside it, as an installed wheel lays
+    them out (https://packaging.python.org/en/latest/specifications/recording-installed-packages/);
+    None where there is none (an editable install, a checkout). Read in place, not found by
+    `importlib.metadata.distribution`, which lists sys.path up to it, the working directory first
+    (a cost of every process's first call that grows with that directory)."""
+    import importlib.metadata as md
+
+    from kernelforge import __version__
+
+    dist_info = package_dir.parent / f"kernelforge-{__version__}.dist-info"
+    return md.PathDistribution(dist_info) if (dist_info / "entry_points.txt").is_file() else None
+
+
 def _builtin_declarations() -> list[tuple[str, str]]:
     """(name, "module:attr") of kernelforge's own families: its installed metadata's entry points
     in the group, else (a source checkout that is not installed) its pyproject's table."""
     import importlib.metadata as md
 
+    own = own_distribution(Path(__file__).parent)
     try:
-        eps = md.distribution("kernelforge").entry_points
+        eps = (own if own is not None else md.distribution("kernelforge")).entry_points
     except md.PackageNotFoundError:
         eps = ()
     found = [(ep.name, ep.value) for ep in eps
