@@ -207,17 +207,26 @@ def run(runs: int, importtime: bool = False, progress=None) -> dict:
     return res
 
 
+def alternated(op: str, runs: int, envs: dict[str, dict[str, str]]) -> dict[str, list[dict]]:
+    """The STARTUP child of `op` (`op` first) in `runs` fresh processes per environment of `envs`
+    (name -> environment), alternated so that the host's drift weighs on all alike, cwd=/; each
+    child's JSON, per name."""
+    out: dict[str, list[dict]] = {name: [] for name in envs}
+    for _ in range(runs):
+        for name, env in envs.items():
+            proc = subprocess.run([sys.executable, "-c", STARTUP, op], capture_output=True, text=True,
+                                  env=env, cwd="/")
+            out[name].append(_last_json(proc, f"startup ({op}, {name})"))
+    return out
+
+
 def layers_vs_cache_dir(runs: int, cache_dir: str, op: str = OPS[0]) -> dict:
     """The first call of `op` in fresh processes resolving the default layers (an installed kernel
     wheel) and with KERNELFORGE_CACHE_DIR=`cache_dir` (a cache directory holding the same builds),
     alternated `runs` times; the medians (ms) and their difference."""
     env = {k: v for k, v in os.environ.items() if k != "KERNELFORGE_CACHE_DIR"}
-    samples: dict[str, list[float]] = {"layers": [], "cache_dir": []}
-    for _ in range(runs):
-        for mode, extra in (("layers", {}), ("cache_dir", {"KERNELFORGE_CACHE_DIR": cache_dir})):
-            proc = subprocess.run([sys.executable, "-c", STARTUP, op], capture_output=True, text=True,
-                                  env={**env, **extra}, cwd="/")
-            samples[mode].append(_last_json(proc, f"startup ({op}, {mode})")["first_ms"])
+    children = alternated(op, runs, {"layers": env, "cache_dir": {**env, "KERNELFORGE_CACHE_DIR": cache_dir}})
+    samples = {mode: [c["first_ms"] for c in rows] for mode, rows in children.items()}
     med = {mode: statistics.median(v) for mode, v in samples.items()}
     return {"op": op, "runs": runs, "cache_dir": cache_dir, "median_ms": med,
             "layers_minus_cache_dir_ms": med["layers"] - med["cache_dir"], "samples": samples}

@@ -20,13 +20,12 @@ import argparse
 import json
 import os
 import statistics
-import subprocess
 import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from bench_startup import OPS, STARTUP, _last_json  # noqa: E402
+from bench_startup import OPS, alternated  # noqa: E402
 
 
 def sources(sites: dict[str, str], cache_dir: str) -> dict[str, dict[str, str]]:
@@ -81,15 +80,9 @@ def main() -> None:
     if args.stages:
         stages(envs, args.runs)
         return
-    samples: dict[str, list[float]] = {name: [] for name in envs}
-    device = ""
-    for _ in range(args.runs):
-        for name, env in envs.items():
-            proc = subprocess.run([sys.executable, "-c", STARTUP, args.op], capture_output=True, text=True,
-                                  env=env, cwd="/")
-            child = _last_json(proc, f"startup ({args.op}, {name})")
-            samples[name].append(child["first_ms"])
-            device = child.get("device", device)
+    children = alternated(args.op, args.runs, envs)
+    samples = {name: [c["first_ms"] for c in rows] for name, rows in children.items()}
+    device = next(iter(children.values()))[0]["device"]
     res = {"device": device, "op": args.op, "runs": args.runs, "sites": sites, **summary(samples, list(sites)),
            "samples": samples}
     print(f"{device}: import + first {args.op} call in fresh processes, {args.runs} per source, alternated (ms)")

@@ -16,6 +16,7 @@ Imports neither torch nor tvm_ffi (the CLI uses this on runtime-only nodes). Ver
 (a kernel wheel's files against its SHA256SUMS too) is maintenance: `cache.maintenance.verification`.
 """
 
+import functools
 import json
 import os
 import warnings
@@ -111,27 +112,21 @@ class _Opening:
         self.full = full
         self.memo = TrustedRoot(memo_root) if memo_root is not None else None
         self.listing, self.wheels = wheel_discovery.found(ENTRY_POINT_GROUP, self.memo)
-        self._running: dict[str, str] | None = None
-        self._trusted: list[Any] = []
 
-    @property
+    @functools.cached_property
     def running(self) -> dict[str, str]:
-        if self._running is None:
-            self._running = running_versions(self.listing)
-        return self._running
+        return running_versions(self.listing)
 
-    @property
+    @functools.cached_property
     def trusted(self) -> Any:
         """The trusted keys, or None if they cannot be read: then each wheel's check reads them
         itself and is refused with the reason."""
-        if not self._trusted:
-            from kernelforge.cache.read.trusted_keys import SigningError, trusted_keys
+        from kernelforge.cache.read.trusted_keys import SigningError, trusted_keys
 
-            try:
-                self._trusted.append(trusted_keys())
-            except SigningError:
-                self._trusted.append(None)
-        return self._trusted[0]
+        try:
+            return trusted_keys()
+        except SigningError:
+            return None
 
 
 def _wheel_layer(ep: installed.KernelEntryPoint, package: Path | None, opening: _Opening) -> Layer | None:

@@ -25,7 +25,7 @@ import hashlib
 import json
 import os
 from pathlib import Path
-from typing import Any, Iterable, Mapping
+from typing import Any, Iterable, Mapping, NamedTuple
 
 from kernelforge.cache.read.trusted_keys import (
     ALLOW_UNSIGNED_ENV,
@@ -54,15 +54,12 @@ SIGNATURES_DIR = "signatures"  # under v1/ of a cache root, a bundle and a remot
 _MAX_MANIFEST_BYTES = 64 * 2**20  # a manifest lists digests: far below this for any real cache
 
 
-class SignedManifest:
+class SignedManifest(NamedTuple):
     """A manifest whose signature verified: its signer and what it vouches for."""
 
-    __slots__ = ("signer", "entries", "document")
-
-    def __init__(self, signer: str, entries: dict[str, dict[str, Any]], document: bytes) -> None:
-        self.signer = signer  # key id
-        self.entries = entries  # key -> {"kind", "name", "files": {rel: sha256}}
-        self.document = document  # the exact bytes, to be copied along with the entries it covers
+    signer: str  # key id
+    entries: dict[str, dict[str, Any]]  # key -> {"kind", "name", "files": {rel: sha256}}
+    document: bytes  # the exact bytes, to be copied along with the entries it covers
 
     @property
     def name(self) -> str:
@@ -110,12 +107,9 @@ def generate_key(path: Path, comment: str = "") -> PublicKey:
     return public
 
 
-class SigningKey:
-    __slots__ = ("private", "public")
-
-    def __init__(self, private: Any, public: PublicKey) -> None:
-        self.private = private  # cryptography's Ed25519PrivateKey
-        self.public = public
+class SigningKey(NamedTuple):
+    private: Any  # cryptography's Ed25519PrivateKey
+    public: PublicKey
 
     def sign(self, data: bytes) -> bytes:
         return self.private.sign(data)

@@ -31,7 +31,7 @@ class SigningError(CacheError):
 
 # Plain classes with __slots__, not NamedTuples: every process that opens a kernel wheel imports
 # this module on its first kernel call, and creating a NamedTuple class (generated methods,
-# typing's metaclass) costs that call far more than a plain class (benchmarks/bench_import.py).
+# typing's metaclass) costs that call far more than creating a plain class.
 
 class PublicKey:
     __slots__ = ("raw", "comment")
