@@ -478,3 +478,37 @@ def test_a_record_is_per_working_directory_and_a_non_str_path_entry_is_listed(bu
     assert len(_records(memo)) == 2
     monkeypatch.setattr(sys, "path", [*sys.path, tmp_path / "a-path-object"])
     assert [x.root for x in _runtime_layers(memo) if x.root.parent.name == a.name] == [a / "cache"]
+
+
+@pytest.mark.parametrize("fault", ["fifo", "symlink", "truncated", "foreign-owned"])
+def test_a_damaged_record_is_never_waited_on_nor_followed(built, tmp_path, monkeypatch, keys, fault) -> None:
+    """A FIFO, a symlink to a forged record, a truncated record or a record owned by another user in
+    place of the record: the runtime neither waits, follows nor trusts it, lists sys.path instead and
+    serves the signed wheel; a FIFO, symlink or truncated record is replaced by a regular record."""
+    release, _ = keys
+    package = _installed(built, tmp_path, monkeypatch, release)
+    memo = tmp_path / "user-cache"
+    _runtime_layers(memo)
+    [record] = _records(memo)
+    text = record.read_text()
+    record.unlink()
+    if fault == "fifo":
+        os.mkfifo(record)
+    elif fault == "symlink":
+        forged = tmp_path / "forged.json"
+        data = json.loads(text)
+        data["wheels"] = []  # would hide the wheel if followed
+        forged.write_text(json.dumps(data))
+        record.symlink_to(forged)
+    elif fault == "truncated":
+        record.write_text(text[: len(text) // 2])
+    else:
+        if os.geteuid() != 0:
+            pytest.skip("chown to another user needs root")
+        data = json.loads(text)
+        data["wheels"] = []
+        record.write_text(json.dumps(data))
+        os.chown(record, 12345, 12345)
+    assert [x.refused for x in _runtime_layers(memo) if x.root == package / "cache"] == [None]
+    if fault != "foreign-owned":
+        assert record.is_file() and not record.is_symlink() and json.loads(record.read_text())["wheels"]
