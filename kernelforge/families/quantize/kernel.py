@@ -14,7 +14,7 @@ import cutlass.cute as cute
 from cutlass import Float32, Int32, Uint8
 
 from kernelforge.formats import Format
-from kernelforge.kernels import PDL, BlockQuantizer, byte_views, enter_dependent_grid, scale_coords, scale_grid, widen
+from kernelforge.kernels import PDL, BlockQuantizer, byte_views, enter_dependent_grid, scale_grid, widen
 
 
 @dataclass(frozen=True)
@@ -50,13 +50,18 @@ class QuantizeKernel:
         n_rows, n_cols = scale_grid(mX.shape[0], mX.shape[1] // self.block, self.swizzled)
         per_cta = self.cfg.threads * self.cfg.units_per_thread
         grid = (n_rows * n_cols + (per_cta - 1)) // per_cta
-        self.kernel(mX, mQ, mS, mG, n_rows, n_cols).launch(
+        # Each thread maps its scale slot to (row, column) by one division by this invariant:
+        # a multiply-high and a shift with the divisor's magic computed once on the host, where
+        # Int32 `//` was a signed division of about 35 instructions ahead of every thread's loads.
+        # https://gmplib.org/~tege/divcnst-pldi94.pdf
+        cols = cute.fast_divmod_create_divisor_v2(n_cols >> 2 if self.swizzled else n_cols)
+        self.kernel(mX, mQ, mS, mG, n_rows, cols).launch(
             grid=[grid, 1, 1], block=[self.cfg.threads, 1, 1], stream=stream, use_pdl=PDL
         )
 
     @cute.kernel
     def kernel(self, mX: cute.Tensor, mQ: cute.Tensor, mS: cute.Tensor, mG: cute.Tensor,
-               n_rows: Int32, n_cols: Int32):
+               n_rows: Int32, cols: cute.FastDivmodDivisorV2):
         enter_dependent_grid()
         tidx, _, _ = cute.arch.thread_idx()
         bidx, _, _ = cute.arch.block_idx()
@@ -64,21 +69,37 @@ class QuantizeKernel:
         k_blocks = mX.shape[1] // self.block
         gX = cute.zipped_divide(mX, (1, self.block))  # ((1, B), (M, K/B))
         gQ = cute.zipped_divide(mQ, (1, self.q.out_bytes))
-        enc_g, inv_g = self.q.global_factors(mG)  # hoisted out of the unit loop
 
         for j in cutlass.range_constexpr(self.cfg.units_per_thread):
             # Slots run in the scale matrix's memory order, so a warp's scale bytes are 32
             # contiguous bytes in both layouts (row-major order put a swizzled warp's bytes in
             # 8 sectors, 512 bytes apart).
             s_off = (bidx * self.cfg.units_per_thread + j) * self.cfg.threads + tidx
-            m, k = scale_coords(s_off, n_cols, self.swizzled)
+            m, k = slot_coords(s_off, cols, self.swizzled)
             if m < n_rows:
                 if m < m_rows and k < k_blocks:
                     raw = cute.make_rmem_tensor(self.block, mX.element_type)
                     cute.autovec_copy(gX[(0, None), (m, k)], raw)
+                    # NVFP4's global factors after the block's loads: their exact reciprocal
+                    # branches on g, and ptxas keeps loads behind a branch, so computing them
+                    # first made every thread wait for g's load before issuing its own.
+                    enc_g, inv_g = self.q.global_factors(mG)
                     if cutlass.const_expr(mX.element_type == Float32):
                         mS[s_off] = Uint8(self.q.quantize(raw, gQ[(0, None), (m, k)], enc_g, inv_g))
                     else:
                         mS[s_off] = Uint8(self.q.quantize(widen(raw), gQ[(0, None), (m, k)], enc_g, inv_g, raw))
                 else:
                     mS[s_off] = Uint8(0)  # swizzle padding is always written as zero
+
+
+@cute.jit
+def slot_coords(off: Int32, cols: cute.FastDivmodDivisorV2, swizzled: cutlass.Constexpr[bool]):
+    """(row m, scale column k) of flat scale byte `off` (>= 0), as `scale_coords` computes them,
+    with `cols` dividing by the scale columns (linear) or the 128x4 chunks per chunk row (swizzled)."""
+    if cutlass.const_expr(swizzled):
+        chunk_row, chunk_col = divmod(off >> 9, cols)
+        w = off & 511
+        m = (chunk_row << 7) + (((w >> 2) & 3) << 5) + (w >> 4)
+        k = (chunk_col << 2) + (w & 3)
+        return m, k
+    return divmod(off, cols)
