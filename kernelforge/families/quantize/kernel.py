@@ -16,6 +16,8 @@ from cutlass import Float32, Int32, Uint8
 from kernelforge.formats import Format
 from kernelforge.kernels import PDL, BlockQuantizer, byte_views, enter_dependent_grid, scale_grid, widen
 
+SM_THREADS = 2048  # resident threads per SM on sm_90 and sm_100
+
 
 @dataclass(frozen=True)
 class QuantizeConfig:
@@ -36,6 +38,23 @@ class QuantizeKernel:
         self.q = BlockQuantizer(cfg.fmt, cfg.scale_mode)
         self.block = cfg.fmt.block
         self.swizzled = cfg.layout == "swizzled"
+        self.launch_limits = self.occupancy_limits()
+
+    def occupancy_limits(self) -> dict:
+        """NVFP4 runs at full occupancy: at most 32 registers per thread.
+
+        Its conversion issues about twice the instructions per byte of the MX formats, so on a
+        card with more bandwidth per SM (H200) it is issue-bound and needs every warp an SM can
+        hold; ptxas otherwise spends 40 registers on the linear layout (12 CTAs of 128 threads
+        per SM instead of 16). ptxas honours a minimum of CTAs per SM only with the maximum
+        threads per CTA; the carveout is explicit because CuTe-DSL would otherwise query the
+        build machine's GPU (the kernel uses no shared memory: all of it goes to L1).
+        https://docs.nvidia.com/cuda/cuda-c-programming-guide/#launch-bounds
+        """
+        if not self.cfg.fmt.has_global_scale:
+            return {}
+        return {"max_number_threads": [self.cfg.threads, 1, 1], "min_blocks_per_mp": SM_THREADS // self.cfg.threads,
+                "preferred_smem_carveout": 0}
 
     @cute.jit
     def __call__(
@@ -56,7 +75,7 @@ class QuantizeKernel:
         # https://gmplib.org/~tege/divcnst-pldi94.pdf
         cols = cute.fast_divmod_create_divisor_v2(n_cols >> 2 if self.swizzled else n_cols)
         self.kernel(mX, mQ, mS, mG, n_rows, cols).launch(
-            grid=[grid, 1, 1], block=[self.cfg.threads, 1, 1], stream=stream, use_pdl=PDL
+            grid=[grid, 1, 1], block=[self.cfg.threads, 1, 1], stream=stream, use_pdl=PDL, **self.launch_limits
         )
 
     @cute.kernel
