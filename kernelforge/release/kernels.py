@@ -191,7 +191,7 @@ def select_entries(entries: dict[str, Entry], arch: str, distribution: str | Non
     """The entries of `arch`'s wheel of `distribution` ("" the built-in ops, a plugin's canonical
     name, None every distribution): its servable kernels, their runtimes, and the tuning tables of
     arch that tune an op of the distribution (`table_ops`; a table of several distributions' ops
-    goes into each of their wheels)."""
+    goes into each of their wheels) and decide for one of its kernels (`_serves`)."""
 
     def ours(op: str) -> bool:
         owner = op_distribution(op)
@@ -205,8 +205,22 @@ def select_entries(entries: dict[str, Entry], arch: str, distribution: str | Non
         raise CacheError(f"kernels of {arch} link runtime libraries the cache does not hold: {', '.join(missing)}; "
                          "run `kernelforge cache verify`")
     runtimes = [entries[k] for k in sorted(runtime_keys)]  # type: ignore[index]
-    tuning = [e for e in entries.values() if e.kind == "tuning" and e.arch == arch and any(map(ours, table_ops(e)))]
+    shipped = {(e.op, e.source_hash) for e in kernels}
+    tuning = [e for e in entries.values()
+              if e.kind == "tuning" and e.arch == arch and any(map(ours, table_ops(e))) and _serves(e, shipped)]
     return sorted(kernels + runtimes + tuning, key=lambda e: (e.kind, e.name, e.key))
+
+
+def _serves(table: Entry, shipped: set[tuple[str, str]]) -> bool:
+    """Whether a tuning table decides for a kernel the wheel ships: it records the kernel sources
+    it was measured on, and the runtime reads its choices for an op only when they are the sources
+    of the kernel it serves, so a table measured on other sources (an edited kernel, re-tuned since)
+    would only add bytes and a second table of the same card to every install. A table that records
+    no sources is kept."""
+    sources = (table.variant.get("axes") or {}).get("sources")
+    if not isinstance(sources, dict) or not sources:
+        return True
+    return any((op, h) in shipped for op, h in sources.items())
 
 
 def _matches(wanted: Iterable[str], family_distribution: str, arch: str) -> bool:

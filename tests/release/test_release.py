@@ -82,6 +82,35 @@ def test_kernel_wheel_is_deterministic_and_well_formed(built: Path, tmp_path: Pa
             assert mode == (0o755 if info.filename.endswith(".so") else 0o644), info.filename
 
 
+@pytest.mark.slow
+def test_kernel_wheel_carries_only_tables_measured_on_its_kernels_sources(built: Path, tmp_path: Path) -> None:
+    """A table measured on other sources of the wheel's ops (an edited kernel, re-tuned since)
+    stays out of the wheel; one that records the sources of a shipped kernel goes in."""
+    from kernelforge.build.tables import publish_table
+    from kernelforge.cache import CacheStore
+    from kernelforge.release.kernels import select_entries
+    from kernelforge.sources import source_hash
+
+    cache = tmp_path / "cache"
+    shutil.copytree(built, cache)
+    committed = json.loads((REPO / "kernelforge/data/tuning/nvidia_h100_80gb_hbm3.sm_90a.json").read_text())
+    stale = {"quantize": "0" * 64, "rmsnorm_quantize": "1" * 64}
+    publish_table(CacheStore(cache), {**committed, "device": "Stale GPU", "sources": stale})
+    publish_table(CacheStore(cache), {**committed, "device": "Quantize GPU", "sources": {"quantize": source_hash("quantize")},
+                                      "choices": {g: c for g, c in committed["choices"].items() if g.startswith("quantize|")}})
+    store = CacheStore(cache)
+    tables = sorted(e.variant["axes"]["device"] for e in select_entries(store.index(fresh=True), ARCH, "") if e.kind == "tuning")
+    assert tables == sorted([*_committed_devices(), "Quantize GPU"])
+    written = _package(cache, tmp_path / "out")
+    with zipfile.ZipFile(written) as zf:
+        manifest = json.loads(zf.read("kernelforge_kernels_sm90a/kernelforge_kernels.json"))
+    assert manifest["entries"]["tuning"] == len(tables)
+
+
+def _committed_devices() -> list[str]:
+    return [json.loads(p.read_text())["device"] for p in (REPO / "kernelforge" / "data" / "tuning").glob("*.json")]
+
+
 def _snapshot(*roots: Path) -> dict[str, tuple[int, int]]:
     out = {}
     for root in roots:
