@@ -191,7 +191,7 @@ def select_entries(entries: dict[str, Entry], arch: str, distribution: str | Non
     """The entries of `arch`'s wheel of `distribution` ("" the built-in ops, a plugin's canonical
     name, None every distribution): its servable kernels, their runtimes, and the tuning tables of
     arch that tune an op of the distribution (`table_ops`; a table of several distributions' ops
-    goes into each of their wheels) and decide for one of its kernels (`_serves`)."""
+    goes into each of their wheels) that the runtime would read for them (`serving_tables`)."""
 
     def ours(op: str) -> bool:
         owner = op_distribution(op)
@@ -205,22 +205,33 @@ def select_entries(entries: dict[str, Entry], arch: str, distribution: str | Non
         raise CacheError(f"kernels of {arch} link runtime libraries the cache does not hold: {', '.join(missing)}; "
                          "run `kernelforge cache verify`")
     runtimes = [entries[k] for k in sorted(runtime_keys)]  # type: ignore[index]
-    shipped = {(e.op, e.source_hash) for e in kernels}
-    tuning = [e for e in entries.values()
-              if e.kind == "tuning" and e.arch == arch and any(map(ours, table_ops(e))) and _serves(e, shipped)]
+    tables = [e for e in entries.values() if e.kind == "tuning" and e.arch == arch and any(map(ours, table_ops(e)))]
+    tuning = serving_tables(tables, {(e.op, e.source_hash) for e in kernels})
     return sorted(kernels + runtimes + tuning, key=lambda e: (e.kind, e.name, e.key))
 
 
-def _serves(table: Entry, shipped: set[tuple[str, str]]) -> bool:
-    """Whether a tuning table decides for a kernel the wheel ships: it records the kernel sources
-    it was measured on, and the runtime reads its choices for an op only when they are the sources
-    of the kernel it serves, so a table measured on other sources (an edited kernel, re-tuned since)
-    would only add bytes and a second table of the same card to every install. A table that records
-    no sources is kept."""
-    sources = (table.variant.get("axes") or {}).get("sources")
-    if not isinstance(sources, dict) or not sources:
-        return True
-    return any((op, h) in shipped for op, h in sources.items())
+def serving_tables(tables: list[Entry], shipped: set[tuple[str, str]]) -> list[Entry]:
+    """The tuning tables the runtime would read for the shipped kernels (`(op, source hash)` pairs).
+
+    The runtime reads an op's choices only from a table that records the op's kernel sources, the
+    newest measurement of the card first (`runtime.tuning.table_entries_for`). So a table measured
+    on other sources (an edited kernel, re-tuned since), one that records none, and an older table
+    of the same card that a newer one covers would only add bytes and tables to every install.
+    """
+    newest: dict[tuple[Any, str, str], str] = {}
+    for table in sorted(tables, key=_measured, reverse=True):
+        axes = table.variant.get("axes") or {}
+        sources = axes.get("sources")
+        for op, digest in (sources.items() if isinstance(sources, dict) else ()):
+            if (op, digest) in shipped:
+                newest.setdefault((axes.get("device"), op, digest), table.key)
+    keep = set(newest.values())
+    return [t for t in tables if t.key in keep]
+
+
+def _measured(table: Entry) -> tuple[str, str]:
+    """The order in which the runtime prefers a card's tables: the newest measurement first."""
+    return str((table.variant.get("axes") or {}).get("measured", "")), table.created
 
 
 def _matches(wanted: Iterable[str], family_distribution: str, arch: str) -> bool:

@@ -85,7 +85,8 @@ def test_kernel_wheel_is_deterministic_and_well_formed(built: Path, tmp_path: Pa
 @pytest.mark.slow
 def test_kernel_wheel_carries_only_tables_measured_on_its_kernels_sources(built: Path, tmp_path: Path) -> None:
     """A table measured on other sources of the wheel's ops (an edited kernel, re-tuned since)
-    stays out of the wheel; one that records the sources of a shipped kernel goes in."""
+    stays out of the wheel, and so does an older table of a card whose newer table covers the same
+    sources; a table that records the sources of a shipped kernel goes in."""
     from kernelforge.build.tables import publish_table
     from kernelforge.cache import CacheStore
     from kernelforge.release.kernels import select_entries
@@ -96,19 +97,23 @@ def test_kernel_wheel_carries_only_tables_measured_on_its_kernels_sources(built:
     committed = json.loads((REPO / "kernelforge/data/tuning/nvidia_h100_80gb_hbm3.sm_90a.json").read_text())
     stale = {"quantize": "0" * 64, "rmsnorm_quantize": "1" * 64}
     publish_table(CacheStore(cache), {**committed, "device": "Stale GPU", "sources": stale})
-    publish_table(CacheStore(cache), {**committed, "device": "Quantize GPU", "sources": {"quantize": source_hash("quantize")},
-                                      "choices": {g: c for g, c in committed["choices"].items() if g.startswith("quantize|")}})
+    quantize_only = {**committed, "device": "Quantize GPU", "sources": {"quantize": source_hash("quantize")},
+                     "choices": {g: c for g, c in committed["choices"].items() if g.startswith("quantize|")}}
+    publish_table(CacheStore(cache), {**quantize_only, "created": "2026-01-02T00:00:00+00:00"})
+    publish_table(CacheStore(cache), {**quantize_only, "created": "2026-01-01T00:00:00+00:00"})  # superseded
     store = CacheStore(cache)
-    tables = sorted(e.variant["axes"]["device"] for e in select_entries(store.index(fresh=True), ARCH, "") if e.kind == "tuning")
-    assert tables == sorted([*_committed_devices(), "Quantize GPU"])
+    tables = sorted((e.variant["axes"]["device"], e.variant["axes"]["measured"])
+                    for e in select_entries(store.index(fresh=True), ARCH, "") if e.kind == "tuning")
+    assert tables == sorted([*_committed_tables(), ("Quantize GPU", "2026-01-02T00:00:00+00:00")])
     written = _package(cache, tmp_path / "out")
     with zipfile.ZipFile(written) as zf:
         manifest = json.loads(zf.read("kernelforge_kernels_sm90a/kernelforge_kernels.json"))
     assert manifest["entries"]["tuning"] == len(tables)
 
 
-def _committed_devices() -> list[str]:
-    return [json.loads(p.read_text())["device"] for p in (REPO / "kernelforge" / "data" / "tuning").glob("*.json")]
+def _committed_tables() -> list[tuple[str, str]]:
+    tables = [json.loads(p.read_text()) for p in (REPO / "kernelforge" / "data" / "tuning").glob("*.json")]
+    return [(t["device"], t["created"]) for t in tables]
 
 
 def _snapshot(*roots: Path) -> dict[str, tuple[int, int]]:
