@@ -211,27 +211,19 @@ def select_entries(entries: dict[str, Entry], arch: str, distribution: str | Non
 
 
 def serving_tables(tables: list[Entry], shipped: set[tuple[str, str]]) -> list[Entry]:
-    """The tuning tables the runtime would read for the shipped kernels (`(op, source hash)` pairs).
+    """The tuning tables the runtime can read for the shipped kernels (`(op, source hash)` pairs).
 
-    The runtime reads an op's choices only from a table that records the op's kernel sources, the
-    newest measurement of the card first (`runtime.tuning.table_entries_for`). So a table measured
-    on other sources (an edited kernel, re-tuned since), one that records none, and an older table
-    of the same card that a newer one covers would only add bytes and tables to every install.
+    The runtime reads an op's choices only from a table that records the op's kernel sources
+    (`runtime.tuning.table_entries_for`), so a table measured on other sources (an edited kernel,
+    re-tuned since) or one that records none would only add bytes to every install. An older
+    table of the same card stays: the runtime falls back to it for the cells a newer (partial)
+    table does not cover.
     """
-    newest: dict[tuple[Any, str, str], str] = {}
-    for table in sorted(tables, key=_measured, reverse=True):
-        axes = table.variant.get("axes") or {}
-        sources = axes.get("sources")
-        for op, digest in (sources.items() if isinstance(sources, dict) else ()):
-            if (op, digest) in shipped:
-                newest.setdefault((axes.get("device"), op, digest), table.key)
-    keep = set(newest.values())
-    return [t for t in tables if t.key in keep]
+    def serves(table: Entry) -> bool:
+        sources = (table.variant.get("axes") or {}).get("sources")
+        return isinstance(sources, dict) and any((op, h) in shipped for op, h in sources.items())
 
-
-def _measured(table: Entry) -> tuple[str, str]:
-    """The order in which the runtime prefers a card's tables: the newest measurement first."""
-    return str((table.variant.get("axes") or {}).get("measured", "")), table.created
+    return [t for t in tables if serves(t)]
 
 
 def _matches(wanted: Iterable[str], family_distribution: str, arch: str) -> bool:

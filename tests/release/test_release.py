@@ -85,8 +85,8 @@ def test_kernel_wheel_is_deterministic_and_well_formed(built: Path, tmp_path: Pa
 @pytest.mark.slow
 def test_kernel_wheel_carries_only_tables_measured_on_its_kernels_sources(built: Path, tmp_path: Path) -> None:
     """A table measured on other sources of the wheel's ops (an edited kernel, re-tuned since)
-    stays out of the wheel, and so does an older table of a card whose newer table covers the same
-    sources; a table that records the sources of a shipped kernel goes in."""
+    stays out of the wheel; a table that records the sources of a shipped kernel goes in, an older
+    one of the same card too (the runtime falls back to it for what a newer table leaves out)."""
     from kernelforge.build.tables import publish_table
     from kernelforge.cache import CacheStore
     from kernelforge.release.kernels import select_entries
@@ -100,11 +100,12 @@ def test_kernel_wheel_carries_only_tables_measured_on_its_kernels_sources(built:
     quantize_only = {**committed, "device": "Quantize GPU", "sources": {"quantize": source_hash("quantize")},
                      "choices": {g: c for g, c in committed["choices"].items() if g.startswith("quantize|")}}
     publish_table(CacheStore(cache), {**quantize_only, "created": "2026-01-02T00:00:00+00:00"})
-    publish_table(CacheStore(cache), {**quantize_only, "created": "2026-01-01T00:00:00+00:00"})  # superseded
+    publish_table(CacheStore(cache), {**quantize_only, "created": "2026-01-01T00:00:00+00:00"})
     store = CacheStore(cache)
     tables = sorted((e.variant["axes"]["device"], e.variant["axes"]["measured"])
                     for e in select_entries(store.index(fresh=True), ARCH, "") if e.kind == "tuning")
-    assert tables == sorted([*_committed_tables(), ("Quantize GPU", "2026-01-02T00:00:00+00:00")])
+    assert tables == sorted([*_committed_tables(), ("Quantize GPU", "2026-01-01T00:00:00+00:00"),
+                             ("Quantize GPU", "2026-01-02T00:00:00+00:00")])
     written = _package(cache, tmp_path / "out")
     with zipfile.ZipFile(written) as zf:
         manifest = json.loads(zf.read("kernelforge_kernels_sm90a/kernelforge_kernels.json"))
