@@ -56,12 +56,8 @@ def publish_table(store: CacheStore, data: dict[str, Any]) -> str:
     return key
 
 
-def import_table(store: CacheStore, path: Path, *, verify: bool = False) -> str:
-    """Publish a tuning-table file into the cache (validated first) unless an intact copy is
-    already there (nothing is written then); return a line saying which.
-
-    Raises ValueError for a file that is not a tuning table, CacheNotWritable if it must be
-    written and cannot."""
+def read_table_file(path: Path) -> dict[str, Any]:
+    """A tuning-table file, read and validated. Raises ValueError in one line naming the file."""
     try:
         data = json.loads(read_regular(path, max_artifact_bytes(), follow=True, limit_env=ARTIFACT_LIMIT_ENV))
     except OSError as exc:
@@ -72,6 +68,16 @@ def import_table(store: CacheStore, path: Path, *, verify: bool = False) -> str:
         validate_table(data)
     except TableSchemaError as exc:
         raise ValueError(f"{path}: not a kernelforge tuning table ({exc})") from None
+    return data
+
+
+def import_table(store: CacheStore, path: Path, *, verify: bool = False) -> str:
+    """Publish a tuning-table file into the cache (validated first) unless an intact copy is
+    already there (nothing is written then); return a line saying which.
+
+    Raises ValueError for a file that is not a tuning table, CacheNotWritable if it must be
+    written and cannot."""
+    data = read_table_file(path)
     name = f"tuning.{data['device']}.{data['arch']}"
     key = table_key(data)
     entry = store.get(key)

@@ -7,7 +7,7 @@ from typing import List, Optional
 
 import typer
 
-from ..build.tables import import_table
+from ..build.tables import import_table, read_table_file
 from ..cache import CacheStore
 from ..config import resolve_cache_root
 from ..errors import KernelforgeError
@@ -19,12 +19,26 @@ def tune(
                                               help="Label the table with this device name (default: the GPU's)."),
     only: str = typer.Option("*", "--only", help="Only dispatch groups matching this glob, e.g. 'quantize|*'."),
     export: Optional[Path] = typer.Option(None, "--export", help="Also write the table to this JSON file."),
+    update: Optional[Path] = typer.Option(
+        None, "--update",
+        help="A table of this card measured before (e.g. the committed one): keep its choices for the dispatch "
+             "groups this run does not measure (see --only); the published and exported table holds both."),
     import_: Optional[List[Path]] = typer.Option(None, "--import",
                                                  help="Publish these table files into the cache (no GPU; no tuning)."),
 ) -> None:
     """Time every candidate build over M buckets on this GPU and publish a tuning table into the cache."""
     root, source = resolve_cache_root(cache)
     store = CacheStore(root)
+    base = None
+    if update is not None:
+        if import_:
+            typer.echo("error: --update: measures and merges; --import publishes files without measuring", err=True)
+            raise typer.Exit(2)
+        try:
+            base = read_table_file(update)
+        except ValueError as exc:
+            typer.echo(f"error: --update: {exc}", err=True)
+            raise typer.Exit(2) from None
     if import_:
         for path in import_:
             try:
@@ -46,6 +60,16 @@ def tune(
     if not data["choices"]:
         typer.echo("error: nothing to tune: no K-class has two or more cached builds for this GPU", err=True)
         raise typer.Exit(1)
+    if base is not None:
+        from ..tuner.merge import merge_tables
+
+        try:
+            data, dropped = merge_tables(base, data)
+        except ValueError as exc:
+            typer.echo(f"error: --update: {update}: {exc}", err=True)
+            raise typer.Exit(2) from None
+        left_out = f"; left out {len(dropped)} measured on other sources: {', '.join(dropped)}" if dropped else ""
+        typer.echo(f"updated {update}: {len(data['choices'])} dispatch groups{left_out}")
     key = publish_table(store, data)
     typer.echo(f"tuning table for {data['device']} / {data['arch']}: {sum(map(len, data['choices'].values()))} "
                f"K-classes of {len(data['choices'])} dispatch groups; cache entry {key[:12]} in {root} ({source})")
