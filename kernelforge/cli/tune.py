@@ -53,6 +53,11 @@ def tune(
     if not torch.cuda.is_available():
         typer.echo("error: kernelforge tune needs a CUDA GPU (it times the cached kernels)", err=True)
         raise typer.Exit(2)
+    label = device_name or torch.cuda.get_device_name(torch.cuda.current_device())  # what the table records
+    if base is not None and base["device"] != label:  # known before minutes of measuring, not after
+        typer.echo(f"error: --update: {update}: device: the table to update is for {base['device']!r}, "
+                   f"this run measures {label!r}", err=True)
+        raise typer.Exit(2)
     from ..build.tables import publish_table
     from ..tuner.measure import tune as run
 

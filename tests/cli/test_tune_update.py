@@ -92,3 +92,26 @@ def test_bad_update_arguments_get_one_line_and_exit_2(tmp_path: Path) -> None:
         lines = res.output.strip().splitlines()
         assert res.exit_code == 2 and len(lines) == 1 and lines[0].startswith("error: --update: "), (why, res.output)
         assert res.exception is None or isinstance(res.exception, SystemExit), why
+
+
+def test_a_table_of_another_card_is_refused_before_anything_is_measured(tmp_path: Path, monkeypatch) -> None:
+    """The GPU's name is known before the run: `--update` with another card's table stops there
+    (one line, exit 2), not after minutes of measuring."""
+    import torch
+
+    import kernelforge.tuner.measure as measure
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda device=None: "NVIDIA H200")
+
+    def never(*args, **kwargs):
+        raise AssertionError("measured although the table is another card's")
+
+    monkeypatch.setattr(measure, "tune", never)
+    res = CliRunner().invoke(app, ["tune", "--cache", str(tmp_path / "cache"), "--only", "quantize|*",
+                                   "--update", str(COMMITTED)])
+    lines = res.output.strip().splitlines()
+    assert res.exit_code == 2 and len(lines) == 1, res.output
+    assert lines[0] == (f"error: --update: {COMMITTED}: device: the table to update is for "
+                        f"'NVIDIA H100 80GB HBM3', this run measures 'NVIDIA H200'")
