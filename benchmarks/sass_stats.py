@@ -40,7 +40,7 @@ def elements_per_thread(entry: dict) -> int | None:
     if entry["op"] == "quantize":
         return fmt.block * int(v["axes"]["units_per_thread"])
     if entry["op"] == "quantize_columnwise":
-        from kernelforge.kernels import quantize_tiled as qt  # imports cutlass: the build host has it
+        from kernelforge.families.quantize_columnwise import kernel as qt  # imports cutlass: the build host has it
 
         return qt.TILE_M * qt.TILE_BLOCKS * fmt.block // qt.THREADS  # one tile per CTA
     if "elements" not in v["axes"]:
