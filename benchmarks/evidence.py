@@ -1,8 +1,9 @@
 """Why a kernel target is missed, measured: the worst cell of each missed kernel target of issue 33
 profiled once with Nsight Compute (`ncu`): its GPU time, DRAM throughput, achieved and theoretical
-occupancy, registers per thread, instructions executed per element and the three largest warp
-stall reasons (warps stalled per issued instruction), so the report shows whether a kernel is
-bound by memory, by instructions or by latency.
+occupancy, registers per thread, instructions executed per element, how busy the issue slots and
+the ALU and FMA pipes are, and the three largest warp stall reasons (warps stalled per issued
+instruction), so the report shows whether a kernel is bound by memory, by instructions or by
+latency.
 
 The cells are launched by `profile_kernels.py` (one launch per case inside an NVTX range) under an
 `ncu` process each; `run.py` calls `evidence_rows` after its targets (`--no-evidence` skips it).
@@ -30,6 +31,12 @@ METRICS = {
     "sm__maximum_warps_per_active_cycle_pct": "theoretical_occupancy_pct",
     "launch__registers_per_thread": "registers",
     "smsp__thread_inst_executed.sum": "thread_instructions",
+    # How close the kernel is to issuing an instruction every cycle (one per cycle per scheduler),
+    # and how busy the two pipes the conversions use are: near 100% issue-bound, whatever the
+    # stalls say. https://docs.nvidia.com/nsight-compute/ProfilingGuide/#metrics-decoder
+    "sm__inst_issued.avg.pct_of_peak_sustained_active": "issue_pct",
+    "sm__inst_executed_pipe_alu.avg.pct_of_peak_sustained_active": "pipe_alu_pct",
+    "sm__inst_executed_pipe_fma.avg.pct_of_peak_sustained_active": "pipe_fma_pct",
     **{STALL_METRIC.format(s): f"stall_{s}" for s in STALLS},
 }
 
@@ -143,6 +150,8 @@ def evidence_rows(res: dict, pct: float, min_m: int) -> list[dict]:
                     "theoretical_occupancy_pct": main.get("theoretical_occupancy_pct"),
                     "registers": main.get("registers"),
                     "instructions_per_element": instructions / elements if instructions else None,
+                    "issue_pct": main.get("issue_pct"), "pipe_alu_pct": main.get("pipe_alu_pct"),
+                    "pipe_fma_pct": main.get("pipe_fma_pct"),
                     "top_stalls": stalls})
     return out
 
@@ -153,11 +162,12 @@ def markdown(rows: list[dict], device: str) -> list[str]:
         return []
     lines = ["", f"### Why the missed kernel targets miss ({device}, Nsight Compute, worst cell of each)", "",
              "| target | case | kernels | us | DRAM % of peak | achieved / theoretical occupancy % | registers "
-             "| thread instructions per element | top stalls (warps per issued instruction) |",
-             "|---|---|---:|---:|---:|---:|---:|---:|---|"]
+             "| thread instructions per element | issue slots busy % | ALU / FMA pipe % "
+             "| top stalls (warps per issued instruction) |",
+             "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---|"]
     for r in rows:
         if r.get("error"):
-            lines.append(f"| {r['target']} | `{r['case']}` | | | | | | | not profiled: {r['error']} |")
+            lines.append(f"| {r['target']} | `{r['case']}` | | | | | | | | | not profiled: {r['error']} |")
             continue
 
         def f(v, fmt="{:.1f}"):
@@ -167,7 +177,8 @@ def markdown(rows: list[dict], device: str) -> list[str]:
         lines.append(f"| {r['target']} | `{r['case']}` | {r.get('kernels', 1)} | {f(r['us'])} | {f(r['dram_pct'])} | "
                      f"{f(r['achieved_occupancy_pct'])} / {f(r['theoretical_occupancy_pct'])} | "
                      f"{f(r['registers'], '{:.0f}')} | "
-                     f"{f(r['instructions_per_element'], '{:.2f}')} | {stalls} |")
+                     f"{f(r['instructions_per_element'], '{:.2f}')} | {f(r.get('issue_pct'))} | "
+                     f"{f(r.get('pipe_alu_pct'))} / {f(r.get('pipe_fma_pct'))} | {stalls} |")
     return lines
 
 
@@ -178,7 +189,7 @@ COUNTERS = {**METRICS, "dram__bytes_read.sum": "dram_read", "dram__bytes_write.s
 
 def main() -> None:
     """Each case's kernels under Nsight Compute, a line each: time, DRAM bytes, occupancy,
-    registers, grid, warp instructions and the four largest stalls."""
+    registers, grid, warp instructions, issue slots and pipes busy, and the four largest stalls."""
     import argparse
 
     ap = argparse.ArgumentParser(description=main.__doc__.splitlines()[0])
@@ -193,7 +204,8 @@ def main() -> None:
             print(f"{args.label} {case} | {k['time']:.1f} us | DRAM read {k['dram_read'] / 1e6:.1f} MB "
                   f"write {k['dram_write'] / 1e6:.1f} MB | occupancy {k['achieved_occupancy_pct']:.1f} / "
                   f"{k['theoretical_occupancy_pct']:.1f} | regs {k['registers']:.0f} grid {k['grid']:.0f} | "
-                  f"warp inst {k['warp_instructions'] / 1e6:.2f} M | "
+                  f"warp inst {k['warp_instructions'] / 1e6:.2f} M | issue {k['issue_pct']:.1f}% "
+                  f"ALU {k['pipe_alu_pct']:.1f}% FMA {k['pipe_fma_pct']:.1f}% | "
                   + ", ".join(f"{name} {v:.2f}" for name, v in top_stalls(k, 4)))
 
 

@@ -58,8 +58,16 @@ for i in range(2 if case.startswith("col:") else 1):  # the columnwise case laun
         assert r["registers"] == metrics.index("launch__registers_per_thread") + 1
         assert r["instructions_per_element"] == per_kernel * (2 if two else 1) / elements[r["case"]]
         assert r["top_stalls"][0] == ("long_scoreboard", 99.0)
+        # the longest kernel's issue and pipe shares (kernel 0: 12.5 us), not the sum over kernels
+        issue, alu, fma = (metrics.index(m) + 1 for m in ("sm__inst_issued.avg.pct_of_peak_sustained_active",
+                                                          "sm__inst_executed_pipe_alu.avg.pct_of_peak_sustained_active",
+                                                          "sm__inst_executed_pipe_fma.avg.pct_of_peak_sustained_active"))
+        assert (r["issue_pct"], r["pipe_alu_pct"], r["pipe_fma_pct"]) == (issue, alu, fma)
     md = "\n".join(evidence.markdown(rows, "NVIDIA H100 80GB HBM3"))
     assert "long_scoreboard 99.00" in md and md.count("\n| ") == len(rows) + 1
+    assert f"| {issue:.1f} | {alu:.1f} / {fma:.1f} |" in md
+    header, rule = md.splitlines()[3:5]
+    assert header.count("|") == rule.count("|") == md.splitlines()[5].count("|")
 
 
 def test_without_ncu_each_row_says_so(monkeypatch, tmp_path) -> None:
@@ -94,6 +102,6 @@ for m in {counters!r}:
     lines = proc.stdout.splitlines()
     assert [line.split(" | ")[0] for line in lines] == [f"rel {c}" for c in cases]
     assert "| 180.0 us | DRAM read 238.8 MB write 116.0 MB |" in lines[0]
-    assert "grid 4096" in lines[0] and "warp inst 0.00 M" in lines[0]
+    assert "grid 4096" in lines[0] and "warp inst 0.00 M" in lines[0] and "| issue 2.0% ALU 2.0% FMA 2.0% |" in lines[0]
     assert lines[0].endswith("long_scoreboard 7.50, lg_throttle 2.00, math_pipe_throttle 2.00, wait 2.00")
     assert "long_scoreboard 3.50" in lines[1]
