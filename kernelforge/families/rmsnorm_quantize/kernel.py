@@ -66,6 +66,8 @@ class RMSNormQuantizeKernel:
         self.row_warps = max(1, self.row_threads // WARP)
         self.smem = 512 if self.row_warps > 1 or cfg.cluster > 1 else 0  # >= the partial-sum arrays
         self.launch_limits = self.occupancy_limits(cfg.units * self.block)
+        # Weight blocks loaded with x in pass 1 (see `kernel`): single-CTA rows, uncapped registers.
+        self.early_weight = cfg.cluster == 1 and cfg.units * self.block < CAPPED_ELEMENTS
 
     def occupancy_limits(self, elements: int) -> dict:
         """Launch options that cap the registers of `elements`-per-thread variants (else none).
@@ -138,6 +140,7 @@ class RMSNormQuantizeKernel:
         if cutlass.const_expr(mR is not None):
             res = [cute.make_rmem_tensor(B, dtype) for _ in range(self.units)]
         sumsq = Float32(0.0)
+        wr = [cute.make_rmem_tensor(B, dtype) if self.early_weight else None for _ in range(self.units)]
         if cutlass.const_expr(self.cfg.cluster == 1):
             # Every load issued before any value is used: a use inside the per-block branch makes
             # each block's load wait for the previous block's arithmetic. (Cluster rows keep the
@@ -147,6 +150,16 @@ class RMSNormQuantizeKernel:
                 b = lane + i * stride
                 if row < m_rows and b < k_blocks:
                     self.load_block(gX, gR, h[i], res[i], row, b)
+            # The weight blocks too, while x's loads are in flight: loaded in pass 2, after the
+            # row's reduction, their round trip to L2 was the second largest stall of short rows
+            # (Nsight Compute source page: 24% of the warp samples at 4096x1536, the first use of
+            # w). Only where registers are not capped: 16-64 more would spill the capped variants.
+            # An L1 prefetch instead (no registers) was 1.1-1.6x slower (docs/performance.md).
+            if cutlass.const_expr(self.early_weight):
+                for i in cutlass.range_constexpr(self.units):
+                    b = lane + i * stride
+                    if row < m_rows and b < k_blocks:
+                        cute.autovec_copy(gW[(None,), b], wr[i])
             # Blocks past the row (H below the class bound) are skipped, not zero-filled and
             # summed: faster for NVFP4 and 8 registers fewer (docs/performance.md).
             for i in cutlass.range_constexpr(self.units):
@@ -182,8 +195,10 @@ class RMSNormQuantizeKernel:
             if row < n_rows and b < n_cols:
                 s_off = scale_offset(row, b, n_cols, self.swizzled)
                 if row < m_rows and b < k_blocks:
-                    w = cute.make_rmem_tensor(B, dtype)
-                    cute.autovec_copy(gW[(None,), b], w)
+                    w = wr[i]
+                    if cutlass.const_expr(not self.early_weight):
+                        w = cute.make_rmem_tensor(B, dtype)
+                        cute.autovec_copy(gW[(None,), b], w)
                     hf = widen(h[i])
                     wf = widen(w)
                     y16 = cute.make_rmem_tensor(B, dtype)
