@@ -139,14 +139,12 @@ def explain_call(table: Any, op: str, coords: dict[str, Any], capability: tuple[
 
 
 def _group_entries(reader: Any, group: str) -> list[dict[str, Any]]:
-    from ..cache.read.index import load_index_for_runtime
-
+    """The layer's builds of `group`, stale ones included (`LayerReader.group_entries`); none if
+    the layer cannot be read (its problem is reported by `cache verify`)."""
     try:
-        entries = load_index_for_runtime(reader.root, reader.trusted).values()
-    except Exception:
+        return reader.group_entries(group)
+    except Exception:  # noqa: BLE001 - a report lists what it can read
         return []
-    return [e for e in entries if e.get("kind") == "kernel"
-            and coords_id(e.get("op", ""), (e.get("extra") or {}).get("dispatch") or {}) == group]
 
 
 def _nearest_group(table: Any, op: str, coords: dict[str, Any]) -> tuple[str, dict[str, Any]] | None:

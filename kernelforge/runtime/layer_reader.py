@@ -216,6 +216,20 @@ class LayerReader:
         self.usage.record("load", cand.entry.get("op", ""), cand.entry.get("key", ""))  # once per process per entry
         return fn
 
+    def group_entries(self, group: str) -> list[dict[str, Any]]:
+        """Every kernel build of `group` in this layer, servable or not (for reports that list the
+        stale ones too). A signed wheel's come from its group file, which its signature covers,
+        never from its index, which the signature binds by generation and size only; a damaged
+        group file lists nothing."""
+        if self._signed_manifest is not None:
+            with self._lock:
+                views = self._dispatch_views()
+            found = views.group(group) if views.manifest is not None else None
+            return [e for e in found or [] if e.get("kind", "kernel") == "kernel"]
+        return [e for e in load_index_for_runtime(self.root, self.trusted).values()
+                if e.get("kind") == "kernel"
+                and coords_id(e.get("op", ""), (e.get("extra") or {}).get("dispatch") or {}) == group]
+
     def groups(self) -> dict[str, list[Candidate]]:
         """Every dispatch group of this layer with its servable candidates (reads the whole index,
         or a signed wheel's every group)."""

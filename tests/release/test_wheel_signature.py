@@ -512,3 +512,46 @@ def test_a_damaged_record_is_never_waited_on_nor_followed(built, tmp_path, monke
     assert [x.refused for x in _runtime_layers(memo) if x.root == package / "cache"] == [None]
     if fault != "foreign-owned":
         assert record.is_file() and not record.is_symlink() and json.loads(record.read_text())["wheels"]
+
+
+def test_explain_lists_a_signed_wheels_builds_from_its_signed_files_only(built, tmp_path, monkeypatch, keys) -> None:
+    """`explain` also lists the builds it will never serve (other kernel sources). Of a signed wheel
+    it lists them from the group files the signature covers, not from the index, which the statement
+    binds by generation and size only: an index forged at the same size (a build's source hash
+    rewritten, so that it reads as stale) adds no row, while the genuine build is still chosen."""
+    from typer.testing import CliRunner
+
+    import kernelforge.config as config
+    from kernelforge.cli import app
+
+    release, _ = keys
+    package = _installed(built, tmp_path, monkeypatch, release)
+    monkeypatch.delenv("KERNELFORGE_CACHE_DIR", raising=False)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))  # the user cache: absent
+    monkeypatch.setattr(config, "checkout_root", lambda: None)  # no checkout cache/ layer either
+    call = ["explain", "quantize", "shape=128x8192", "format=mxfp8", "dtype=bf16", "scale_mode=floor",
+            "layout=linear"]
+
+    def explain() -> str:
+        r = CliRunner().invoke(app, call, env={"COLUMNS": "250"})
+        assert r.exit_code == 0, r.output
+        return r.stdout
+
+    genuine = explain()
+    assert "served by quantize.mxfp8.floor.linear.bfloat16" in genuine, genuine
+    assert "stale, never served" not in genuine
+
+    index = package / "cache" / "v1" / "index.json"
+    entries = json.loads(index.read_text())["entries"]
+    target = next(e for e in entries.values() if e.get("kind") == "kernel" and e["op"] == "quantize")
+    text = index.read_text()
+    fake = "".join("0123456789abcdef"[(int(c, 16) + 1) % 16] for c in target["source_hash"])
+    forged = text.replace(target["source_hash"], fake)
+    assert forged != text and len(forged) == len(text)
+    index.write_text(forged)
+    # The forgery is one a reader of the index would show: the build now reads as stale there.
+    assert json.loads(index.read_text())["entries"][target["key"]]["source_hash"] == fake
+
+    after = explain()
+    assert "stale, never served" not in after and fake[:12] not in after, after
+    assert "served by quantize.mxfp8.floor.linear.bfloat16" in after, after
