@@ -180,11 +180,16 @@ def default_archs(store: CacheStore) -> list[str]:
     return exact + fams
 
 
+def table_sources(entry: Entry) -> dict:
+    """The kernel sources a tuning table's entry records, op -> source hash ({} if none)."""
+    sources = (entry.variant.get("axes") or {}).get("sources")
+    return sources if isinstance(sources, dict) else {}
+
+
 def table_ops(entry: Entry) -> list[str]:
     """The ops a tuning table tunes: those whose kernel sources it records (its entry's `op` is
     "tuning", one table serving every op measured on a device)."""
-    sources = (entry.variant.get("axes") or {}).get("sources")
-    return sorted(sources) if isinstance(sources, dict) and sources else [entry.op]
+    return sorted(table_sources(entry)) or [entry.op]
 
 
 def select_entries(entries: dict[str, Entry], arch: str, distribution: str | None = None) -> list[Entry]:
@@ -219,11 +224,7 @@ def serving_tables(tables: list[Entry], shipped: set[tuple[str, str]]) -> list[E
     table of the same card stays: the runtime falls back to it for the cells a newer (partial)
     table does not cover.
     """
-    def serves(table: Entry) -> bool:
-        sources = (table.variant.get("axes") or {}).get("sources")
-        return isinstance(sources, dict) and any((op, h) in shipped for op, h in sources.items())
-
-    return [t for t in tables if serves(t)]
+    return [t for t in tables if any((op, h) in shipped for op, h in table_sources(t).items())]
 
 
 def _matches(wanted: Iterable[str], family_distribution: str, arch: str) -> bool:
