@@ -21,6 +21,7 @@ METRICS = {
     "rht": [(lambda r: f"rht {r['outputs']} {r['layout']} {r['M']}x{r['K']}", "fused_us", "pct_copy")],
     "grouped": [(lambda r: f"{r['kind']} {r['format']} {r['shape']}", "grouped_us", "pct_copy")],
     "quantize": [(lambda r: f"quantize {r['format']} {r['layout']} {r['M']}x{r['K']}", "us", "pct_copy")],
+    "fused": [(lambda r: f"{r['op']} {r['format']} {r['layout']} {r['M']}x{r['H']}", "us", "pct_copy")],
 }
 
 

@@ -66,6 +66,14 @@ PLANS = {
     },
 }
 
+def plan_of(quick: bool, fused_m: list[int] | None = None, fused_h: list[int] | None = None) -> dict:
+    """The plan a run measures: the full or quick one, with the fused section's M and H replaced
+    where given (an A/B of a few fused shapes)."""
+    plan = dict(PLANS["quick" if quick else "full"])
+    plan.update({k: list(v) for k, v in (("fused_m", fused_m), ("fused_h", fused_h)) if v})
+    return plan
+
+
 # The targets (issue 19 unless marked). Each is checked on every cell it covers; the table shows
 # the worst cell.
 FIRST_MS, FURTHER_MS, ALLOC_US, OUT_OVER_ADD_US = 30.0, 2.0, 10.0, 1.0
@@ -678,6 +686,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--plots-from", type=Path, metavar="JSON",
                     help="no measurement: redraw the plots and the report from a saved run's JSON (no GPU needed)")
     ap.add_argument("--only", nargs="+", choices=SECTIONS, default=list(SECTIONS), help="measure these sections only")
+    ap.add_argument("--fused-m", type=int, nargs="+", default=None, metavar="M",
+                    help="the fused section's row counts (default: the plan's); for A/Bs of a few shapes")
+    ap.add_argument("--fused-h", type=int, nargs="+", default=None, metavar="H",
+                    help="the fused section's hidden sizes (default: the plan's)")
     ap.add_argument("--no-evidence", dest="evidence", action="store_false",
                     help="skip the evidence of the missed targets (Nsight Compute on the worst cell of each "
                          "missed kernel target, the probes of the missed host targets)")
@@ -710,7 +722,7 @@ def main(argv: list[str] | None = None) -> int:
         name = torch.cuda.get_device_name()
         today = datetime.date.today().isoformat()
         json_path = args.json or args.out_dir / report_name({"date": today, "device": name}, "json")
-        res = measure(PLANS["quick" if args.quick else "full"], tuple(args.only), args.refs, json_path, args.quick,
+        res = measure(plan_of(args.quick, args.fused_m, args.fused_h), tuple(args.only), args.refs, json_path, args.quick,
                       args.budget_s, args.startup_cache_dir)
     res["targets"] = targets(res)
     res["hopper_targets"] = hopper_targets(res)

@@ -5,6 +5,8 @@
 # (kernelforge/data/tuning/<card>.sm_90a.json) runs on a writable copy of the kernel wheel's cache:
 # the dispatch groups it measured replace theirs, the table's other choices are kept; then
 # `validate` runs on that copy with the merged table. $OUT/<card>.sm_90a.json is the table to commit.
+# KF_BENCH_ARGS (e.g. "--only fused"): then `benchmarks/run.py $KF_BENCH_ARGS` on that copy, so on
+# the kernels of the wheel served with the merged table ($OUT/run.json, $OUT/run.log).
 #   here: the release's wheels in .carry/ (docs/release.md); afterwards commit the table and repackage
 set -uo pipefail
 source "$(dirname "$0")/wheel_node.sh"
@@ -17,4 +19,11 @@ python3 -m kernelforge tune --cache /tmp/kf-tune --only "${KF_TUNE_ONLY:-quantiz
   > "$OUT/tune.log" 2>&1 || { tail -5 "$OUT/tune.log"; exit 1; }
 tail -3 "$OUT/tune.log"
 python3 -m kernelforge validate --cache /tmp/kf-tune 2>&1 | tee "$OUT/validate_tuned.log" | tail -1
-exit "${PIPESTATUS[0]}"
+rc="${PIPESTATUS[0]}"
+if [ -n "${KF_BENCH_ARGS:-}" ]; then
+  # shellcheck disable=SC2086  # KF_BENCH_ARGS: several run.py flags
+  KERNELFORGE_CACHE_DIR=/tmp/kf-tune python3 "$REPO/benchmarks/run.py" $KF_BENCH_ARGS --out-dir "$OUT/results" \
+    --json "$OUT/run.json" > "$OUT/run.log" 2>&1 || { echo "run.py failed"; rc=1; }
+  tail -3 "$OUT/run.log"
+fi
+exit "$rc"

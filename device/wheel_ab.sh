@@ -4,8 +4,9 @@
 # the same wheels with a rebuilt kernel wheel and the kernelforge wheel of its tree); each is
 # pip-installed into its own bare target (device/wheel_node.sh), only the release key trusted.
 # `validate` runs on every release after the first (KF_VALIDATE=0 skips it), then KF_ROUNDS
-# (default 3) interleaved rounds of `benchmarks/run.py --only $KF_SECTIONS --no-evidence` per
-# release, and the comparison table (benchmarks/kernel_ab_table.py; a column per folder name).
+# (default 3) interleaved rounds of `benchmarks/run.py --only $KF_SECTIONS $KF_RUN_ARGS --no-evidence`
+# per release (KF_RUN_ARGS: more run.py flags, e.g. "--fused-h 32768"), and the comparison table
+# (benchmarks/kernel_ab_table.py; a column per folder name).
 # The card's name leads the log; $OUT/ab holds every run.json.
 #   here: kernelforge build; kernelforge package --dist kernelforge --sign-key KEY --out .carry/<name>;
 #         pip wheel . (the tree's kernelforge wheel) and the plugin wheels of .carry/dist into it
@@ -29,7 +30,7 @@ for round in $(seq "${KF_ROUNDS:-3}"); do
   for rel in "${releases[@]}"; do
     name="$(basename "$rel")"
     # shellcheck disable=SC2086  # KF_SECTIONS: several section names
-    PYTHONPATH="/tmp/kf-site-$name" python3 "$REPO/benchmarks/run.py" --only ${KF_SECTIONS:-grouped} --no-evidence \
+    PYTHONPATH="/tmp/kf-site-$name" python3 "$REPO/benchmarks/run.py" --only ${KF_SECTIONS:-grouped} ${KF_RUN_ARGS:-} --no-evidence \
       --no-append --out-dir "/tmp/kf-ab-$name" --json "$OUT/ab/$name.r$round.json" > "$OUT/ab/$name.r$round.log" 2>&1 \
       || { echo "run.py failed: release $name, round $round"; tail -5 "$OUT/ab/$name.r$round.log"; rc=1; }
   done

@@ -424,3 +424,14 @@ def test_tiny_tensor_targets_check_the_host_cost_and_the_sustained_loop() -> Non
     out = _hopper(run.hopper_targets(res, table_devices=set()), "host", "out=: <=")
     assert (out["cells_met"], out["met"]) == (1, False) and out["worst"].startswith("2000-call loop")
     assert alloc["value"] == 13.05 / 5.91  # the worst of the two cells
+
+
+def test_plan_of_replaces_only_the_fused_shapes():
+    full = run.PLANS["full"]
+    assert run.plan_of(False) == full and run.plan_of(True) == run.PLANS["quick"]
+    ab = run.plan_of(False, [4096, 65536], [32768])
+    assert ab["fused_m"] == [4096, 65536] and ab["fused_h"] == [32768]
+    assert {k: v for k, v in ab.items() if not k.startswith("fused_")} == \
+        {k: v for k, v in full.items() if not k.startswith("fused_")}
+    assert run.plan_of(False, None, [1536])["fused_m"] == full["fused_m"]
+    assert full["fused_h"] == [1536, 4096, 8192, 16384, 32768]  # the plan itself is not changed

@@ -117,7 +117,7 @@ def test_the_user_trusts_and_uses_a_cache_owned_by_root(base: Path) -> None:
     v = kf("cache", "verify", "--cache", str(root), as_=AS_USER, env=_env(base))
     assert v.returncode == 0 and "OK: 3 entries verified" in v.stdout, v.stdout + v.stderr
     r = _lookup(root, base, AS_USER)
-    assert r["ok"] and r["name"].endswith(".e32"), r  # the heuristic's pick
+    assert r["ok"] and r["name"].endswith(".e32c1"), r  # the heuristic's pick
     rep = kf("cache", "repair", "--cache", str(root), as_=AS_USER, env=_env(base))
     assert rep.returncode == 2 and f"cache root {root} is not writable" in rep.stderr, rep.stderr
     assert not list((root / "v1").glob("usage/*.log")), "a user wrote usage records into root's cache"
@@ -145,7 +145,7 @@ def test_the_users_group_writable_cache_is_refused_until_repaired(base: Path) ->
     assert rep.returncode == 0 and "removed group/other write permission" in rep.stdout, rep.stdout + rep.stderr
     assert kf("cache", "verify", "--cache", str(root), as_=AS_USER, env=_env(base)).returncode == 0
     r = _lookup(root, base, AS_USER)
-    assert r["ok"] and r["name"].endswith(".e32"), r
+    assert r["ok"] and r["name"].endswith(".e32c1"), r
     assert all(os.lstat(p).st_uid == UID for p in [root, *root.rglob("*")])  # repair changed no owner
 
 

@@ -17,12 +17,13 @@ from kernelforge.spec.files import resolve_spec_paths
 FAMILIES = ("quantize", "quantize_columnwise", "quantize_grouped", "rmsnorm_quantize", "scale_layout")
 ORIGINAL_AXES = {  # (dispatch axes, tuning axes)
     "quantize": (("format", "scale_mode", "layout", "dtype", "kclass", "arch"), ("threads", "units_per_thread")),
-    "rmsnorm_quantize": (("format", "scale_mode", "layout", "dtype", "residual", "kclass", "arch"), ("elements",)),
+    "rmsnorm_quantize": (("format", "scale_mode", "layout", "dtype", "residual", "kclass", "arch"),
+                         ("elements", "ctas_per_row")),
     "quantize_grouped": (("format", "scale_mode", "layout", "grouping", "dtype", "kclass", "arch"), ("threads",)),
     "quantize_columnwise": (("format", "scale_mode", "layout", "dtype", "outputs", "transform", "kclass", "arch"),
                             ()),
 }
-ORIGINAL_TUNING_AXES = {"quantize": ("threads", "units_per_thread"), "rmsnorm_quantize": ("elements",),
+ORIGINAL_TUNING_AXES = {"quantize": ("threads", "units_per_thread"), "rmsnorm_quantize": ("elements", "ctas_per_row"),
                         "quantize_grouped": ("threads",)}
 
 
@@ -30,7 +31,7 @@ def original_heuristic_rank(op, max_k, values):
     if op == "quantize":
         return (values.get("threads") != 128, values.get("units_per_thread") or 0)
     if op == "rmsnorm_quantize":
-        return (values.get("elements") != (64 if max_k > 8192 else 32),)
+        return (values.get("elements") != (64 if max_k > 8192 else 32), values.get("ctas_per_row", 1) != 1)
     if op == "quantize_grouped":
         return (values.get("threads") != 128,)
     return ()
@@ -92,13 +93,14 @@ def test_schemas_unchanged():
 
 def test_tuning_tables_unchanged():
     assert TUNING_AXES == ORIGINAL_TUNING_AXES
-    grid = [{"threads": t, "units_per_thread": u, "elements": e}
-            for t, u, e in itertools.product((64, 128, 256), (1, 2, None), (32, 64, 128))]
+    grid = [{"threads": t, "units_per_thread": u, "elements": e, "ctas_per_row": c}
+            for t, u, e, c in itertools.product((64, 128, 256), (1, 2, None), (32, 64, 128), (1, 2))]
     for op in (*ORIGINAL_TUNING_AXES, "quantize_columnwise", "dequantize"):
         for max_k, values in itertools.product((0, 2048, 8192, 16384), grid):
             assert heuristic_rank(op, max_k, values) == original_heuristic_rank(op, max_k, values), (op, values)
-        assert tuning_values(op, {"threads": 1, "units_per_thread": 2, "elements": 3, "format": "x"}) == {
-            a: v for a, v in (("threads", 1), ("units_per_thread", 2), ("elements", 3))
+        assert tuning_values(op, {"threads": 1, "units_per_thread": 2, "elements": 3, "ctas_per_row": 2,
+                                  "format": "x"}) == {
+            a: v for a, v in (("threads", 1), ("units_per_thread", 2), ("elements", 3), ("ctas_per_row", 2))
             if a in ORIGINAL_TUNING_AXES.get(op, ())}
 
 

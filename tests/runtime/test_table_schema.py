@@ -21,7 +21,7 @@ from kernelforge.sources import source_hash
 from tests.runtime.test_tuning import COORDS, GROUP, H100, _table
 from tests.runtime.test_tuning import cache as cache  # noqa: F401  (the fixture: a fake cache of 4 builds)
 
-GOOD = {GROUP: {"h8k": [{"elements": 64}] * 3}}
+GOOD = {GROUP: {"h8k": [{"elements": 64, "ctas_per_row": 1}] * 3}}
 
 
 def _bad_tables() -> list[tuple[str, dict, str]]:
@@ -138,8 +138,8 @@ def test_a_bad_table_in_the_cache_never_stops_an_op(cache, name, bad, expect):  
     table = dispatch.DispatchTable(cache.root)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        assert [_resolve(table, 8192, 100) for _ in range(3)] == ["e64"] * 3
-        assert _resolve(table, 16384, 100) == "e64"  # heuristic (no table covers h32k)
+        assert [_resolve(table, 8192, 100) for _ in range(3)] == ["e64c1"] * 3
+        assert _resolve(table, 16384, 100) == "e64c1"  # heuristic (no table covers h32k)
     msgs = [str(w.message) for w in caught if issubclass(w.category, RuntimeWarning)]
     assert len(msgs) == 1 and "ignoring tuning table tuning.planted.sm_90a" in msgs[0], msgs
 
@@ -148,7 +148,7 @@ def test_only_a_bad_table_the_heuristic_serves(cache):  # noqa: F811
     _plant(cache, _table([1, 2]))
     table = dispatch.DispatchTable(cache.root)
     with pytest.warns(RuntimeWarning, match="choices: expected an object, found a list"):
-        assert _resolve(table, 8192, 100) == "e32" and _resolve(table, 16384, 100) == "e64"
+        assert _resolve(table, 8192, 100) == "e32c1" and _resolve(table, 16384, 100) == "e64c1"
 
 
 def test_verify_reports_a_bad_table_and_repair_quarantines_it(cache):  # noqa: F811

@@ -21,9 +21,9 @@ GROUP = "rmsnorm_quantize|dtype=bfloat16,format=nvfp4,layout=swizzled,residual=n
 H100 = "NVIDIA H100 80GB HBM3"
 
 
-def _meta(kclass: str, max_k: int, elements: int, src: str) -> dict:
-    name = f"rmsnorm_quantize.nvfp4.none.swizzled.bfloat16.none.{kclass}.sm_90a.e{elements}"
-    axes = {**COORDS, "kclass": kclass, "arch": "sm_90a", "elements": elements}
+def _meta(kclass: str, max_k: int, elements: int, src: str, ctas: int = 1) -> dict:
+    name = f"rmsnorm_quantize.nvfp4.none.swizzled.bfloat16.none.{kclass}.sm_90a.e{elements}c{ctas}"
+    axes = {**COORDS, "kclass": kclass, "arch": "sm_90a", "elements": elements, "ctas_per_row": ctas}
     return dict(kind="kernel", op="rmsnorm_quantize", name=name,
                 variant={"axes": dict(sorted(axes.items())), "op": "rmsnorm_quantize",
                          "kclass": {"k_multiple_blocks": 1, "name": kclass, "vector_bytes": 16, "max_k": max_k}},
@@ -48,10 +48,11 @@ def _table(choices: dict, *, device: str = H100, sources: dict | None = None) ->
 def cache(tmp_path, monkeypatch):
     store = CacheStore(tmp_path / "cache")
     src = source_hash("rmsnorm_quantize")
-    for kclass, max_k in (("h8k", 8192), ("h32k", 32768)):
+    for kclass, max_k, ctas in (("h8k", 8192, (1,)), ("h32k", 32768, (1, 2))):  # as the spec: clusters at h32k
         for e in (32, 64):
-            meta = _meta(kclass, max_k, e, src)
-            _publish(store, hashlib.sha256(meta["name"].encode()).hexdigest(), meta["name"].encode(), **meta)
+            for c in ctas:
+                meta = _meta(kclass, max_k, e, src, c)
+                _publish(store, hashlib.sha256(meta["name"].encode()).hexdigest(), meta["name"].encode(), **meta)
     _publish(store, "rt" * 32, b"runtime", kind="runtime", op="runtime", name="runtime-x", variant={}, arch="host",
              toolchain_id="tc", toolchain={}, source_hash="", main_file="libkfrt-x.so", build_time_s=0.0)
     monkeypatch.setattr(layer_reader, "load_function", lambda trusted, entry, runtime: entry["name"])
@@ -70,45 +71,58 @@ def test_m_buckets():
 
 def test_heuristic_without_a_table(cache):
     # Documented heuristic: 32 elements per thread up to H = 8192, 64 above; quantize: 128 threads.
-    assert _chosen(cache, 4096, 128) == "e32" and _chosen(cache, 16384, 128) == "e64"
+    assert _chosen(cache, 4096, 128) == "e32c1" and _chosen(cache, 16384, 128) == "e64c1"
     assert heuristic_rank("quantize", 0, {"threads": 128, "units_per_thread": 1}) < \
         heuristic_rank("quantize", 0, {"threads": 256, "units_per_thread": 1})
 
 
 def test_table_choice_per_bucket_and_device(cache):
-    publish_table(cache, _table({GROUP: {"h8k": [{"elements": 64}, {"elements": 32}, {"elements": 64}]}}))
-    assert [_chosen(cache, 8192, m) for m in (100, 2048, 65536)] == ["e64", "e32", "e64"]
-    assert _chosen(cache, 32768, 100) == "e64"  # K-class not in the table: heuristic
-    assert _chosen(cache, 8192, 100, device="NVIDIA H200") == "e32"  # another device: heuristic
+    publish_table(cache, _table({GROUP: {"h8k": [{"elements": 64, "ctas_per_row": 1}, {"elements": 32, "ctas_per_row": 1}, {"elements": 64, "ctas_per_row": 1}]}}))
+    assert [_chosen(cache, 8192, m) for m in (100, 2048, 65536)] == ["e64c1", "e32c1", "e64c1"]
+    assert _chosen(cache, 32768, 100) == "e64c1"  # K-class not in the table: heuristic
+    assert _chosen(cache, 8192, 100, device="NVIDIA H200") == "e32c1"  # another device: heuristic
+
+
+def test_ctas_per_row_one_row_one_cta_unless_the_table_says_cluster(cache):
+    # h32k builds both one CTA per row and 2-CTA clusters: the heuristic takes one CTA (faster on
+    # both Hopper cards at M >= 4096, docs/performance.md), a table's cluster choice is honoured
+    # per bucket, and a choice naming an unbuilt cluster size falls back to the heuristic.
+    assert [_chosen(cache, 32768, m) for m in (100, 2048, 65536)] == ["e64c1"] * 3
+    publish_table(cache, _table({GROUP: {"h32k": [{"elements": 32, "ctas_per_row": 2},
+                                                  {"elements": 64, "ctas_per_row": 1},
+                                                  {"elements": 64, "ctas_per_row": 4}]}}))
+    assert [_chosen(cache, 32768, m) for m in (100, 2048, 65536)] == ["e32c2", "e64c1", "e64c1"]
+    assert heuristic_rank("rmsnorm_quantize", 32768, {"elements": 64, "ctas_per_row": 1}) < \
+        heuristic_rank("rmsnorm_quantize", 32768, {"elements": 64, "ctas_per_row": 2})
 
 
 def test_newest_table_of_the_device_wins_and_stale_sources_are_ignored(cache):
-    old = _table({GROUP: {"h8k": [{"elements": 64}] * 3}})
+    old = _table({GROUP: {"h8k": [{"elements": 64, "ctas_per_row": 1}] * 3}})
     publish_table(cache, old)
-    new = dict(_table({GROUP: {"h8k": [{"elements": 32}, {"elements": 64}, {"elements": 64}]}}),
+    new = dict(_table({GROUP: {"h8k": [{"elements": 32, "ctas_per_row": 1}, {"elements": 64, "ctas_per_row": 1}, {"elements": 64, "ctas_per_row": 1}]}}),
                created="2026-11-23T00:00:00+00:00")
     publish_table(cache, new)
-    assert _chosen(cache, 8192, 100) == "e32" and _chosen(cache, 8192, 2048) == "e64"
+    assert _chosen(cache, 8192, 100) == "e32c1" and _chosen(cache, 8192, 2048) == "e64c1"
     # A newer partial table (another K-class only, as `tune --only` writes) does not hide the
     # older table's choice for this one.
-    partial = dict(_table({GROUP: {"h32k": [{"elements": 32}] * 3}}), created="2026-11-23T12:00:00+00:00")
+    partial = dict(_table({GROUP: {"h32k": [{"elements": 32, "ctas_per_row": 1}] * 3}}), created="2026-11-23T12:00:00+00:00")
     publish_table(cache, partial)
-    assert _chosen(cache, 8192, 100) == "e32" and _chosen(cache, 8192, 2048) == "e64"
-    assert _chosen(cache, 32768, 100) == "e32"  # the partial table's own choice (heuristic says e64)
-    stale = dict(_table({GROUP: {"h8k": [{"elements": 64}] * 3}}, sources={"rmsnorm_quantize": "0" * 64}),
+    assert _chosen(cache, 8192, 100) == "e32c1" and _chosen(cache, 8192, 2048) == "e64c1"
+    assert _chosen(cache, 32768, 100) == "e32c1"  # the partial table's own choice (heuristic says e64c1)
+    stale = dict(_table({GROUP: {"h8k": [{"elements": 64, "ctas_per_row": 1}] * 3}}, sources={"rmsnorm_quantize": "0" * 64}),
                  created="2026-11-24T00:00:00+00:00")
     publish_table(cache, stale)
-    assert _chosen(cache, 8192, 100) == "e32"  # measured on other kernel sources: heuristic
+    assert _chosen(cache, 8192, 100) == "e32c1"  # measured on other kernel sources: heuristic
 
 
 def test_corrupt_table_is_refused_with_a_warning(cache):
-    publish_table(cache, _table({GROUP: {"h8k": [{"elements": 64}] * 3}}))
+    publish_table(cache, _table({GROUP: {"h8k": [{"elements": 64, "ctas_per_row": 1}] * 3}}))
     entry = next(e for e in cache.iter_entries() if e.kind == "tuning")
     path = cache.entry_dir(entry) / entry.main_file
     path.chmod(0o644)
     path.write_text(path.read_text().replace('"elements":64', '"elements":32'))
     with pytest.warns(RuntimeWarning, match="tuning table"):
-        assert _chosen(cache, 8192, 100) == "e32"
+        assert _chosen(cache, 8192, 100) == "e32c1"
 
 
 def test_table_entries_are_listed_verified_and_survive_clean_stale(cache, tmp_path):
@@ -119,7 +133,7 @@ def test_table_entries_are_listed_verified_and_survive_clean_stale(cache, tmp_pa
     from kernelforge.cli import app
 
     path = tmp_path / "h100.json"
-    path.write_text(json.dumps(_table({GROUP: {"h8k": [{"elements": 64}] * 3}})))
+    path.write_text(json.dumps(_table({GROUP: {"h8k": [{"elements": 64, "ctas_per_row": 1}] * 3}})))
     res = CliRunner().invoke(app, ["tune", "--cache", str(cache.root), "--import", str(path)])
     assert res.exit_code == 0, res.output
     kinds = [e.kind for e in cache.iter_entries()]
@@ -169,7 +183,7 @@ def test_a_table_file_is_read_and_verified_once_for_every_op(cache, monkeypatch)
     """A table covering two ops is parsed once per process (its file re-hashed on that read only);
     each op still reads only the choices of its own sources."""
     sources = {"rmsnorm_quantize": source_hash("rmsnorm_quantize"), "quantize": source_hash("quantize")}
-    publish_table(cache, _table({GROUP: {"h8k": [{"elements": 64}] * 3}}, sources=sources))
+    publish_table(cache, _table({GROUP: {"h8k": [{"elements": 64, "ctas_per_row": 1}] * 3}}, sources=sources))
     reads: list[str] = []
     real = layer_reader.read_verified_json
 
@@ -179,7 +193,7 @@ def test_a_table_file_is_read_and_verified_once_for_every_op(cache, monkeypatch)
 
     monkeypatch.setattr(layer_reader, "read_verified_json", counted)
     table = dispatch.DispatchTable(cache.root)
-    assert _chosen_in(table, 8192, 100) == "e64"
+    assert _chosen_in(table, 8192, 100) == "e64c1"
     for op in ("quantize", "rmsnorm_quantize", "quantize"):
         assert len(table.tuning_tables(H100, "sm_90a", op)) == 1
     assert len(reads) == 1, reads
@@ -193,7 +207,7 @@ def _chosen_in(table: dispatch.DispatchTable, h: int, m: int) -> str:
 
 def test_a_damaged_table_warns_once_for_every_op(cache):
     sources = {"rmsnorm_quantize": source_hash("rmsnorm_quantize"), "quantize": source_hash("quantize")}
-    publish_table(cache, _table({GROUP: {"h8k": [{"elements": 64}] * 3}}, sources=sources))
+    publish_table(cache, _table({GROUP: {"h8k": [{"elements": 64, "ctas_per_row": 1}] * 3}}, sources=sources))
     entry = next(e for e in cache.iter_entries() if e.kind == "tuning")
     path = cache.entry_dir(entry) / entry.main_file
     path.chmod(0o644)

@@ -14,7 +14,7 @@ SPEC = Path(__file__).resolve().parents[2] / "specs" / "rmsnorm_quantize.toml"
 
 def test_default_fused_spec():
     spec = load_spec(SPEC)
-    assert spec.op == "rmsnorm_quantize" and len(spec.variants) == 960
+    assert spec.op == "rmsnorm_quantize" and len(spec.variants) == 1120
     bounds = sorted(kc.max_k for kc in spec.kclasses.values())
     assert bounds[0] <= 1024 and bounds[-1] == 32768  # hidden sizes up to 32768 (issue 3)
     assert all(kc.vector_bytes == 16 for kc in spec.kclasses.values())
@@ -22,10 +22,13 @@ def test_default_fused_spec():
     assert spec.axes["elements"] == (32, 64)
     assert all(kc.elements == 0 for kc in spec.kclasses.values())
     assert {x.elements for x in spec.variants} == {32, 64}
-    assert {n: kc.cluster for n, kc in spec.kclasses.items() if kc.cluster != 1} == {"h32k": 2}
+    # CTAs per row too (a cluster at h32k only, where rows fill the most threads); none in a K-class.
+    assert spec.axes["ctas_per_row"] == (1, 2)
+    assert all(kc.cluster == 1 for kc in spec.kclasses.values())
+    assert {x.kclass.name for x in spec.variants if x.ctas_per_row == 2} == {"h32k"}
     v = spec.variants[0]
-    assert v.name == "rmsnorm_quantize.mxfp8.floor.linear.bfloat16.none.h1k.sm_90a.e32"
-    assert spec.variants[1].name == "rmsnorm_quantize.mxfp8.floor.linear.bfloat16.none.h1k.sm_90a.e64"
+    assert v.name == "rmsnorm_quantize.mxfp8.floor.linear.bfloat16.none.h1k.sm_90a.e32c1"
+    assert spec.variants[1].name == "rmsnorm_quantize.mxfp8.floor.linear.bfloat16.none.h1k.sm_90a.e64c1"
     assert {x.residual for x in spec.variants} == {"none", "add"}
     assert {x.dtype for x in spec.variants} == {"bfloat16", "float16"}
 
@@ -61,6 +64,6 @@ def test_fused_spec_rejects_float32(tmp_path):
 
 def test_both_default_specs_load_together():
     variants = load_specs([SPEC.parent / "quantize.toml", SPEC])
-    assert len(variants) == 1200 and len({v.symbol for v in variants}) == 1200
+    assert len(variants) == 1360 and len({v.symbol for v in variants}) == 1360
     assert sum(v.op == "quantize" for v in variants) == 240
-    assert sum(v.arch == "sm_90a" for v in variants) == 600
+    assert sum(v.arch == "sm_90a" for v in variants) == 680

@@ -20,11 +20,15 @@ RESIDUAL = Axis("residual", str, choices=("none", "add"))
 # Elements of a row each thread keeps in registers (whole scale blocks of every format).
 ELEMENTS = Axis("elements", int, check=lambda v: 32 <= v <= 256 and v % 32 == 0,
                 expected="a multiple of 32 in 32..256", abbrev="e")
+# CTAs that share one row: 1, or a thread-block cluster of 2, 4 or 8 CTAs exchanging the row's
+# partial sums through distributed shared memory.
+CTAS_PER_ROW = Axis("ctas_per_row", int, choices=(1, 2, 4, 8), abbrev="c")
 
 
 def heuristic(max_k: int, values: Mapping[str, Any]) -> tuple:
-    """32 elements per thread for hidden sizes up to 8192, 64 above (docs/performance.md, tuning)."""
-    return (values.get("elements") != (64 if max_k > 8192 else 32),)
+    """32 elements per thread for hidden sizes up to 8192, 64 above; one CTA per row
+    (docs/performance.md, tuning)."""
+    return (values.get("elements") != (64 if max_k > 8192 else 32), values.get("ctas_per_row", 1) != 1)
 
 
 def timing_calls(coords: dict[str, Any], fn: Callable, m: int, k: int, l2_bytes: int) -> list[Callable]:
@@ -45,7 +49,7 @@ FAMILY = OpFamily(
     schema=op_schema(
         "rmsnorm_quantize",
         ("format", "scale_mode", "layout", HALF_DTYPE, RESIDUAL, "kclass", "arch"),
-        (ELEMENTS,),
+        (ELEMENTS, CTAS_PER_ROW),
         (SCALE_MODE_FITS_FORMAT,),
         kclass_required=("max_k",),
     ),

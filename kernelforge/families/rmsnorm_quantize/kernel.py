@@ -143,9 +143,7 @@ class RMSNormQuantizeKernel:
         wr = [cute.make_rmem_tensor(B, dtype) if self.early_weight else None for _ in range(self.units)]
         if cutlass.const_expr(self.cfg.cluster == 1):
             # Every load issued before any value is used: a use inside the per-block branch makes
-            # each block's load wait for the previous block's arithmetic. (Cluster rows keep the
-            # per-block order: hoisting raises their registers from 64 to 95-118 and costs copy
-            # bandwidth; docs/performance.md.)
+            # each block's load wait for the previous block's arithmetic.
             for i in cutlass.range_constexpr(self.units):
                 b = lane + i * stride
                 if row < m_rows and b < k_blocks:
