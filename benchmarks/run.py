@@ -722,8 +722,8 @@ def main(argv: list[str] | None = None) -> int:
         name = torch.cuda.get_device_name()
         today = datetime.date.today().isoformat()
         json_path = args.json or args.out_dir / report_name({"date": today, "device": name}, "json")
-        res = measure(plan_of(args.quick, args.fused_m, args.fused_h), tuple(args.only), args.refs, json_path, args.quick,
-                      args.budget_s, args.startup_cache_dir)
+        res = measure(plan_of(args.quick, args.fused_m, args.fused_h), tuple(args.only), args.refs, json_path,
+                      args.quick, args.budget_s, args.startup_cache_dir)
     res["targets"] = targets(res)
     res["hopper_targets"] = hopper_targets(res)
     if (not args.plots_from and args.evidence) or args.redo_evidence:

@@ -14,7 +14,7 @@ import logging
 import os
 import warnings
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Iterator, Sequence
 
 from ..cache.read.trust import TrustedRoot
 from ..cache.read.views import coords_id
@@ -200,9 +200,11 @@ class DispatchTable:
             if stale:
                 _log.debug("  %d more build(s) of this group come from other kernel sources (not served)", stale)
 
-    def tuning_tables(self, device: str, arch_name: str, op: str) -> list[TuningTable]:
-        """Tables for (device name, arch, op's sources): each layer's newest first, earlier layers first."""
-        return [t for reader in self.readers for t in reader.tuning_tables(device, arch_name, op)]
+    def tuning_tables(self, device: str, arch_name: str, op: str) -> Iterator[TuningTable]:
+        """Tables for (device name, arch, op's sources): each layer's newest first, earlier layers
+        first; each read when the iteration reaches it (`LayerReader.tuning_tables`)."""
+        for reader in self.readers:
+            yield from reader.tuning_tables(device, arch_name, op)
 
     def load(self, cand: Candidate) -> Callable:
         """The loaded function of one candidate, through its own layer's trust checks."""

@@ -7,7 +7,7 @@ from __future__ import annotations
 import threading
 import warnings
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, NamedTuple
+from typing import TYPE_CHECKING, Any, Callable, Iterator, NamedTuple
 
 from ..cache.read.index import load_index_for_runtime
 from ..cache.read.layout import Layout
@@ -65,7 +65,7 @@ class LayerReader:
         self._runtimes: dict[str, dict[str, Any]] = {}
         self._stale: dict[str, int] = {}
         self._tuning: list[dict[str, Any]] = []  # tuning-table entries (from the full index)
-        self._tables: dict[tuple[str, str, str], list[TuningTable]] = {}
+        self._table_entries: dict[tuple[str, str, str], list[dict[str, Any]]] = {}  # newest first
         self._table_files: dict[str, TuningTable | None] = {}  # entry key -> parsed table (None: damaged)
 
     def group(self, group: str) -> list[Candidate]:
@@ -168,11 +168,20 @@ class LayerReader:
         """How many builds of `group` in this layer come from other kernel sources."""
         return self._stale.get(group, 0)
 
-    def tuning_tables(self, device: str, arch_name: str, op: str) -> list[TuningTable]:
-        """This layer's tables for (device name, arch, op's sources), newest first, verified once."""
+    def tuning_tables(self, device: str, arch_name: str, op: str) -> Iterator[TuningTable]:
+        """This layer's tables for (device name, arch, op's sources), newest first. Each is read,
+        verified and parsed when the iteration reaches it, once per process: a call the newest
+        table covers never reads the older ones (the cost of a fresh process's first call)."""
+        for entry in self._tuning_entries(device, arch_name, op):
+            table = self._table_file(entry)
+            if table is not None:
+                yield table
+
+    def _tuning_entries(self, device: str, arch_name: str, op: str) -> list[dict[str, Any]]:
+        """The tuning-table entries of (device name, arch, op's sources), newest first."""
         key = (device, arch_name, op)
-        if key in self._tables:
-            return self._tables[key]
+        if key in self._table_entries:
+            return self._table_entries[key]
         if self._signed_manifest is not None:
             with self._lock:
                 self._dispatch_views()
@@ -183,13 +192,8 @@ class LayerReader:
             layout = Layout(self.root)
             entries = [e for e in (with_main_path(layout, t) for t in self._views.manifest.get("tuning", {}).values())
                        if e is not None]
-        tables = []
-        for entry in table_entries_for(entries, device, arch_name, op):
-            table = self._table_file(entry)
-            if table is not None:
-                tables.append(table)
-        self._tables[key] = tables
-        return tables
+        self._table_entries[key] = table_entries_for(entries, device, arch_name, op)
+        return self._table_entries[key]
 
     def _table_file(self, entry: dict[str, Any]) -> TuningTable | None:
         """One tuning-table entry, read, verified and parsed once per process: every op it covers

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import warnings
 
 import pytest
 
@@ -195,14 +196,47 @@ def test_a_table_file_is_read_and_verified_once_for_every_op(cache, monkeypatch)
     table = dispatch.DispatchTable(cache.root)
     assert _chosen_in(table, 8192, 100) == "e64c1"
     for op in ("quantize", "rmsnorm_quantize", "quantize"):
-        assert len(table.tuning_tables(H100, "sm_90a", op)) == 1
+        assert len(list(table.tuning_tables(H100, "sm_90a", op))) == 1
     assert len(reads) == 1, reads
-    assert table.tuning_tables(H100, "sm_90a", "quantize_grouped") == []  # not measured on its sources
+    assert list(table.tuning_tables(H100, "sm_90a", "quantize_grouped")) == []  # not measured on its sources
 
 
 def _chosen_in(table: dispatch.DispatchTable, h: int, m: int) -> str:
     fn, _ = table.resolve("rmsnorm_quantize", COORDS, (9, 0), h, 16, 256, 2 * h, m, H100)
     return fn.rsplit(".", 1)[1]
+
+
+def test_an_older_table_is_read_only_for_calls_the_newer_does_not_cover(cache, monkeypatch):
+    # A fresh process's first call reads only the newest table of its card; an older one (kept
+    # for the cells a partial re-tune does not cover) is read when a call needs it. Its file is
+    # damaged here, so reading it is seen as the one warning, and a choice it no longer gives.
+    old = _table({GROUP: {"h8k": [{"elements": 64, "ctas_per_row": 1}] * 3,
+                          "h32k": [{"elements": 32, "ctas_per_row": 2}] * 3}})
+    publish_table(cache, old)
+    new = dict(_table({GROUP: {"h8k": [{"elements": 32, "ctas_per_row": 1}] * 3}}),
+               created="2026-11-23T00:00:00+00:00")
+    publish_table(cache, new)
+    older = next(e for e in cache.iter_entries() if e.kind == "tuning" and "h32k" in
+                 (cache.entry_dir(e) / e.main_file).read_text())
+    path = cache.entry_dir(older) / older.main_file
+    path.chmod(0o644)
+    path.write_text(path.read_text().replace('"elements":32', '"elements":64'))
+    reads: list[str] = []
+    real = layer_reader.read_verified_json
+
+    def counted(trusted, entry):
+        reads.append(entry["key"])
+        return real(trusted, entry)
+
+    monkeypatch.setattr(layer_reader, "read_verified_json", counted)
+    table = dispatch.DispatchTable(cache.root)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # the damaged older table is never touched
+        assert [_chosen_in(table, 8192, m) for m in (100, 2048, 65536)] == ["e32c1"] * 3
+    assert len(reads) == 1 and reads[0] != older.key, reads
+    with pytest.warns(RuntimeWarning, match="ignoring tuning table"):
+        assert _chosen_in(table, 32768, 100) == "e64c1"  # needs the older table: damaged, heuristic
+    assert len(reads) == 2 and reads[1] == older.key, reads
 
 
 def test_a_damaged_table_warns_once_for_every_op(cache):
@@ -214,8 +248,8 @@ def test_a_damaged_table_warns_once_for_every_op(cache):
     path.write_text(path.read_text().replace('"elements":64', '"elements":32'))
     table = dispatch.DispatchTable(cache.root)
     with pytest.warns(RuntimeWarning, match="tuning table") as caught:
-        assert table.tuning_tables(H100, "sm_90a", "rmsnorm_quantize") == []
-        assert table.tuning_tables(H100, "sm_90a", "quantize") == []
+        assert list(table.tuning_tables(H100, "sm_90a", "rmsnorm_quantize")) == []
+        assert list(table.tuning_tables(H100, "sm_90a", "quantize")) == []
     assert len([w for w in caught if "tuning table" in str(w.message)]) == 1
 
 
