@@ -67,3 +67,21 @@ def test_both_default_specs_load_together():
     assert len(variants) == 1360 and len({v.symbol for v in variants}) == 1360
     assert sum(v.op == "quantize" for v in variants) == 240
     assert sum(v.arch == "sm_90a" for v in variants) == 680
+
+
+def test_a_k_class_cluster_is_refused_by_the_builder_the_axis_sets_it(tmp_path):
+    # The CTAs per row come from one place, the `ctas_per_row` tuning axis (the tuner picks it);
+    # a K-class `cluster` for this op is refused with one line naming it, never silently ignored.
+    pytest.importorskip("cutlass")
+    from kernelforge.families.rmsnorm_quantize.build import rmsnorm_quantize_args
+
+    text = SPEC.read_text().replace("max_k = 32768\n", "max_k = 32768\ncluster = 2\n", 1)
+    p = tmp_path / "f.toml"
+    p.write_text(text)
+    v = next(x for x in load_spec(p).variants if x.kclass.name == "h32k" and x.ctas_per_row == 1)
+    with pytest.raises(ValueError, match=r"K-class 'h32k': rmsnorm_quantize takes the CTAs per row from the "
+                                         r"ctas_per_row axis, not from the K-class's cluster \(got cluster = 2\)"):
+        rmsnorm_quantize_args(v)
+    ok = next(x for x in load_spec(SPEC).variants if x.kclass.name == "h32k" and x.ctas_per_row == 2)
+    kernel, args = rmsnorm_quantize_args(ok)
+    assert kernel.cfg.cluster == 2 and kernel.cta_rows == 1 and len(args) == 8
