@@ -9,6 +9,9 @@ from pathlib import Path
 
 from kernelforge.errors import CacheError
 
+# Attempts of `open_regular` at a path that concurrent writers keep renaming new files onto.
+_OPEN_ATTEMPTS = 8
+
 
 def atomic_write_text(path: Path, payload: str) -> None:
     """Write `path` atomically (temp file in the same dir, fsync, os.replace, fsync dir)."""
@@ -188,25 +191,35 @@ def open_regular(path: str | os.PathLike[str], *, follow: bool = False,
     (unless `follow`) without following a symlink; the caller closes it.
 
     Raises NotRegularFile for anything else (a FIFO is never opened), FileTooLarge above `limit`
-    bytes, or the OSError of the open."""
+    bytes, or the OSError of the open.
+
+    A file atomically replaced by another between the stat and the open (an index or table that
+    a concurrent writer renames into place) is opened again: the descriptor always matches the
+    stat that checked it. Replaced on every attempt, it raises NotRegularFile saying so."""
     import errno
     import stat
 
-    st0 = os.stat(path) if follow else os.lstat(path)
-    if not stat.S_ISREG(st0.st_mode):
-        raise NotRegularFile(errno.EINVAL, f"not a regular file ({file_kind(st0.st_mode)})", str(path))
     flags = os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0) | (0 if follow else os.O_NOFOLLOW)
-    fd = os.open(path, flags)
-    try:
-        st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode) or (st.st_dev, st.st_ino) != (st0.st_dev, st0.st_ino):
-            raise NotRegularFile(errno.EINVAL, f"not a regular file ({file_kind(st.st_mode)})", str(path))
-        if limit is not None and st.st_size > limit:
-            raise FileTooLarge(errno.EFBIG, too_large(st.st_size, limit, limit_env), str(path))
-    except BaseException:
-        os.close(fd)
-        raise
-    return fd, st
+    for _ in range(_OPEN_ATTEMPTS):
+        st0 = os.stat(path) if follow else os.lstat(path)
+        if not stat.S_ISREG(st0.st_mode):
+            raise NotRegularFile(errno.EINVAL, f"not a regular file ({file_kind(st0.st_mode)})", str(path))
+        fd = os.open(path, flags)
+        try:
+            st = os.fstat(fd)
+            if not stat.S_ISREG(st.st_mode):
+                raise NotRegularFile(errno.EINVAL, f"not a regular file ({file_kind(st.st_mode)})", str(path))
+            if (st.st_dev, st.st_ino) != (st0.st_dev, st0.st_ino):
+                os.close(fd)
+                continue  # renamed over between the stat and the open: look again
+            if limit is not None and st.st_size > limit:
+                raise FileTooLarge(errno.EFBIG, too_large(st.st_size, limit, limit_env), str(path))
+        except BaseException:
+            os.close(fd)
+            raise
+        return fd, st
+    raise NotRegularFile(errno.EAGAIN, f"replaced by another file while being opened, {_OPEN_ATTEMPTS} times",
+                         str(path))
 
 
 def read_regular(path: str | os.PathLike[str], limit: int | None = None, *, follow: bool = False,
