@@ -66,6 +66,27 @@ def _chosen(store: CacheStore, h: int, m: int, device: str = H100) -> str:
     return fn.rsplit(".", 1)[1]
 
 
+def _damage(store: CacheStore, entry, old: str, new: str) -> None:
+    """Rewrite a published table's file in place (its recorded sha256 no longer matches)."""
+    path = store.entry_dir(entry) / entry.main_file
+    path.chmod(0o644)
+    path.write_text(path.read_text().replace(old, new))
+
+
+@pytest.fixture
+def table_reads(monkeypatch) -> list[dict]:
+    """The tuning-table entries the runtime reads and verifies, in order."""
+    reads: list[dict] = []
+    real = layer_reader.read_verified_json
+
+    def counted(trusted, entry):
+        reads.append(entry)
+        return real(trusted, entry)
+
+    monkeypatch.setattr(layer_reader, "read_verified_json", counted)
+    return reads
+
+
 def test_m_buckets():
     assert [m_bucket(m) for m in (1, 256, 257, 4096, 4097, 10**6)] == [0, 0, 1, 1, 2, 2]
 
@@ -118,10 +139,7 @@ def test_newest_table_of_the_device_wins_and_stale_sources_are_ignored(cache):
 
 def test_corrupt_table_is_refused_with_a_warning(cache):
     publish_table(cache, _table({GROUP: {"h8k": [{"elements": 64, "ctas_per_row": 1}] * 3}}))
-    entry = next(e for e in cache.iter_entries() if e.kind == "tuning")
-    path = cache.entry_dir(entry) / entry.main_file
-    path.chmod(0o644)
-    path.write_text(path.read_text().replace('"elements":64', '"elements":32'))
+    _damage(cache, next(e for e in cache.iter_entries() if e.kind == "tuning"), '"elements":64', '"elements":32')
     with pytest.warns(RuntimeWarning, match="tuning table"):
         assert _chosen(cache, 8192, 100) == "e32c1"
 
@@ -180,23 +198,16 @@ def test_committed_tables_are_valid_and_name_built_candidates():
                     assert (op, full) in built, (path.name, group, kclass, values)
 
 
-def test_a_table_file_is_read_and_verified_once_for_every_op(cache, monkeypatch):
+def test_a_table_file_is_read_and_verified_once_for_every_op(cache, table_reads):
     """A table covering two ops is parsed once per process (its file re-hashed on that read only);
     each op still reads only the choices of its own sources."""
     sources = {"rmsnorm_quantize": source_hash("rmsnorm_quantize"), "quantize": source_hash("quantize")}
     publish_table(cache, _table({GROUP: {"h8k": [{"elements": 64, "ctas_per_row": 1}] * 3}}, sources=sources))
-    reads: list[str] = []
-    real = layer_reader.read_verified_json
-
-    def counted(trusted, entry):
-        reads.append(entry["name"])
-        return real(trusted, entry)
-
-    monkeypatch.setattr(layer_reader, "read_verified_json", counted)
     table = dispatch.DispatchTable(cache.root)
     assert _chosen_in(table, 8192, 100) == "e64c1"
     for op in ("quantize", "rmsnorm_quantize", "quantize"):
         assert len(list(table.tuning_tables(H100, "sm_90a", op))) == 1
+    reads = [e["name"] for e in table_reads]
     assert len(reads) == 1, reads
     assert list(table.tuning_tables(H100, "sm_90a", "quantize_grouped")) == []  # not measured on its sources
 
@@ -206,7 +217,7 @@ def _chosen_in(table: dispatch.DispatchTable, h: int, m: int) -> str:
     return fn.rsplit(".", 1)[1]
 
 
-def test_an_older_table_is_read_only_for_calls_the_newer_does_not_cover(cache, monkeypatch):
+def test_an_older_table_is_read_only_for_calls_the_newer_does_not_cover(cache, table_reads):
     # A fresh process's first call reads only the newest table of its card; an older one (kept
     # for the cells a partial re-tune does not cover) is read when a call needs it. Its file is
     # damaged here, so reading it is seen as the one warning, and a choice it no longer gives.
@@ -218,34 +229,23 @@ def test_an_older_table_is_read_only_for_calls_the_newer_does_not_cover(cache, m
     publish_table(cache, new)
     older = next(e for e in cache.iter_entries() if e.kind == "tuning" and "h32k" in
                  (cache.entry_dir(e) / e.main_file).read_text())
-    path = cache.entry_dir(older) / older.main_file
-    path.chmod(0o644)
-    path.write_text(path.read_text().replace('"elements":32', '"elements":64'))
-    reads: list[str] = []
-    real = layer_reader.read_verified_json
-
-    def counted(trusted, entry):
-        reads.append(entry["key"])
-        return real(trusted, entry)
-
-    monkeypatch.setattr(layer_reader, "read_verified_json", counted)
+    _damage(cache, older, '"elements":32', '"elements":64')
     table = dispatch.DispatchTable(cache.root)
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # the damaged older table is never touched
         assert [_chosen_in(table, 8192, m) for m in (100, 2048, 65536)] == ["e32c1"] * 3
+    reads = [e["key"] for e in table_reads]
     assert len(reads) == 1 and reads[0] != older.key, reads
     with pytest.warns(RuntimeWarning, match="ignoring tuning table"):
         assert _chosen_in(table, 32768, 100) == "e64c1"  # needs the older table: damaged, heuristic
+    reads = [e["key"] for e in table_reads]
     assert len(reads) == 2 and reads[1] == older.key, reads
 
 
 def test_a_damaged_table_warns_once_for_every_op(cache):
     sources = {"rmsnorm_quantize": source_hash("rmsnorm_quantize"), "quantize": source_hash("quantize")}
     publish_table(cache, _table({GROUP: {"h8k": [{"elements": 64, "ctas_per_row": 1}] * 3}}, sources=sources))
-    entry = next(e for e in cache.iter_entries() if e.kind == "tuning")
-    path = cache.entry_dir(entry) / entry.main_file
-    path.chmod(0o644)
-    path.write_text(path.read_text().replace('"elements":64', '"elements":32'))
+    _damage(cache, next(e for e in cache.iter_entries() if e.kind == "tuning"), '"elements":64', '"elements":32')
     table = dispatch.DispatchTable(cache.root)
     with pytest.warns(RuntimeWarning, match="tuning table") as caught:
         assert list(table.tuning_tables(H100, "sm_90a", "rmsnorm_quantize")) == []
