@@ -20,6 +20,7 @@ import sys
 CHILD = r"""
 import json, sys, time
 from kernelforge.runtime import dispatch
+from kernelforge.runtime.layer_reader import first_class
 root, op, coords, k, m, device = sys.argv[1], sys.argv[2], json.loads(sys.argv[3]), int(sys.argv[4]), \
     int(sys.argv[5]), sys.argv[6]
 t0 = time.perf_counter()
@@ -28,7 +29,7 @@ cands = table.candidates(op, coords, (9, 0))
 accepting = [c for c in cands if c.accepts(k, 32, 256, 2 * k, m)]
 if not accepting:
     raise SystemExit(f"no cached {op} build for {coords} accepts K = {k} in {root}")
-pool = [c for c in accepting if c.kclass.name == accepting[0].kclass.name and c.arch == accepting[0].arch]
+pool = first_class(accepting)
 t1 = time.perf_counter()
 chosen, how = table.pick_explained(op, coords, pool, m, device)
 t2 = time.perf_counter()

@@ -28,7 +28,7 @@ from ..log import configure_from_env
 from ..registry import find_family
 from ..spec.kclass import KClass
 from .arch import arch_runs_on
-from .layer_reader import Candidate, LayerReader
+from .layer_reader import Candidate, LayerReader, first_class
 from .tuning import TuningTable, m_bucket
 
 if TYPE_CHECKING:
@@ -126,9 +126,7 @@ class DispatchTable:
         cands = self.candidates(op, coords, capability)
         accepting = [c for c in cands if c.accepts(k, block, ptr_align, stride_bytes, m)]
         if accepting:
-            first = accepting[0]
-            pool = [c for c in accepting if c.kclass.name == first.kclass.name and c.arch == first.arch]
-            chosen, how = self.pick_explained(op, coords, pool, m, device)
+            chosen, how = self.pick_explained(op, coords, first_class(accepting), m, device)
             fn, served = self._load_first([chosen, *(c for c in accepting if c is not chosen)])
             if _log.isEnabledFor(logging.INFO):
                 self._log_resolution(op, coords, capability, k, m, ptr_align, stride_bytes, cands, accepting,

@@ -17,6 +17,7 @@ from ..cache.read.origin import origin_text
 from ..cache.read.views import coords_id
 from ..sources import OP_SOURCES, source_hash
 from ..spec.kclass import KClass
+from .layer_reader import first_class
 
 _ARCH = re.compile(r"sm_(\d+)(\d)[af]?$")
 
@@ -93,8 +94,7 @@ def explain_call(table: Any, op: str, coords: dict[str, Any], capability: tuple[
     chosen = None
     pool: list[Any] = []
     if accepting:
-        first = accepting[0]
-        pool = [c for c in accepting if c.kclass.name == first.kclass.name and c.arch == first.arch]
+        pool = first_class(accepting)
         chosen, out.how = table.pick_explained(op, coords, pool, m, device)
     for c in table._group(group):
         e = c.entry

@@ -14,7 +14,7 @@ from ..cache.read.layout import Layout
 from ..cache.read.origin import origin_rank
 from ..cache.read.trust import TrustedRoot
 from ..cache.read.usage import usage_log
-from ..cache.read.views import DispatchViews, coords_id, with_main_path
+from ..cache.read.views import DispatchViews, entry_group, with_main_path
 from ..errors import (
     CacheError,
     SpecError,
@@ -40,6 +40,13 @@ class Candidate(NamedTuple):
 
     def accepts(self, k: int, block: int, ptr_align: int, stride_bytes: int, m: int = 0) -> bool:
         return self.kclass.accepts(k, block, ptr_align, stride_bytes, m)
+
+
+def first_class(accepting: list[Candidate]) -> list[Candidate]:
+    """The builds of the best accepting candidate's K-class and arch: the tuning candidates one
+    call chooses among (`DispatchTable.pick`)."""
+    first = accepting[0]
+    return [c for c in accepting if c.kclass.name == first.kclass.name and c.arch == first.arch]
 
 
 class LayerReader:
@@ -112,8 +119,7 @@ class LayerReader:
             if entry.get("kind") == "tuning":
                 self._tuning.append(entry)
                 continue
-            group = coords_id(entry.get("op", ""), (entry.get("extra") or {}).get("dispatch") or {})
-            entries.setdefault(group, []).append(entry)
+            entries.setdefault(entry_group(entry), []).append(entry)
         self._add_runtimes(runtimes, resolved=True)
         for group, members in entries.items():
             self._groups[group] = self._candidates_of(group, members, resolved=True)
@@ -231,8 +237,7 @@ class LayerReader:
             found = views.group(group) if views.manifest is not None else None
             return [e for e in found or [] if e.get("kind", "kernel") == "kernel"]
         return [e for e in load_index_for_runtime(self.root, self.trusted).values()
-                if e.get("kind") == "kernel"
-                and coords_id(e.get("op", ""), (e.get("extra") or {}).get("dispatch") or {}) == group]
+                if e.get("kind") == "kernel" and entry_group(e) == group]
 
     def groups(self) -> dict[str, list[Candidate]]:
         """Every dispatch group of this layer with its servable candidates (reads the whole index,

@@ -35,6 +35,11 @@ def coords_id(op: str, dispatch: dict[str, Any]) -> str:
     return op + "|" + ",".join(f"{k}={dispatch[k]}" for k in sorted(dispatch))
 
 
+def entry_group(entry: dict[str, Any]) -> str:
+    """The dispatch group of an index entry (its op and the dispatch coordinates it records)."""
+    return coords_id(entry.get("op", ""), (entry.get("extra") or {}).get("dispatch") or {})
+
+
 def _compact(key: str, data: dict[str, Any]) -> dict[str, Any] | None:
     try:
         sha = data["files"][data["main_file"]]["sha256"]
