@@ -26,11 +26,9 @@ CTAS_PER_ROW = Axis("ctas_per_row", int, choices=(1, 2, 4, 8), abbrev="c")
 
 
 def heuristic(max_k: int, values: Mapping[str, Any]) -> tuple:
-    """32 elements per thread for hidden sizes up to 8192, 64 above, 96 in the classes of three times
-    a power of two (the one count every format spreads evenly there, spec.toml); one CTA per row
+    """32 elements per thread for hidden sizes up to 8192, 64 above; one CTA per row
     (docs/performance.md, tuning)."""
-    elements = 96 if max_k % 3 == 0 else 64 if max_k > 8192 else 32
-    return (values.get("elements") != elements, values.get("ctas_per_row", 1) != 1)
+    return (values.get("elements") != (64 if max_k > 8192 else 32), values.get("ctas_per_row", 1) != 1)
 
 
 def timing_calls(coords: dict[str, Any], fn: Callable, m: int, k: int, l2_bytes: int) -> list[Callable]:
