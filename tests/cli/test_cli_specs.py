@@ -51,11 +51,11 @@ def test_show_env_spec_dir(default_spec, monkeypatch):
     monkeypatch.setenv("KERNELFORGE_SPEC_DIR", str(default_spec.parent))
     r = runner.invoke(app, ["specs", "show", "--format", "json"])
     assert r.exit_code == 0, r.output
-    # Every default spec file of the directory: quantize (240) + rmsnorm_quantize (2080) + the others.
+    # Every default spec file of the directory: quantize (240) + rmsnorm_quantize (1120) + the others.
     files = sorted(default_spec.parent.glob("*.toml"))
     assert len(files) > 2
     counts = {f.stem: len(load_spec(f).variants) for f in files}
-    assert counts["quantize"] == 240 and counts["rmsnorm_quantize"] == 2080
+    assert counts["quantize"] == 240 and counts["rmsnorm_quantize"] == 1120
     assert json.loads(r.stdout)["count"] == sum(counts.values())
 
 

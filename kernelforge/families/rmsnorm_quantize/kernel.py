@@ -25,9 +25,7 @@ MIN_CTA_THREADS = 128  # small rows pack into CTAs of at least this many threads
 # A thread holding 64 elements keeps 32 registers of row data; left alone ptxas gives the NVFP4
 # kernels 72-78 registers (7 CTAs of 128 threads per SM). Capping them at 64 lets 8 fit, with no
 # spills beyond 8 bytes (docs/performance.md).
-# Variants with other counts stay uncapped: with fewer elements a cap makes ptxas grow them up to
-# it, fewer CTAs; with 96 ptxas keeps 72-120 registers and no stack frame, where a cap of 80 left
-# the residual variants (x and the residual both in registers) a 224-byte one (benchmarks/sass_stats.py).
+# Variants with fewer elements stay uncapped: a cap makes ptxas grow them up to it, fewer CTAs.
 CAPPED_ELEMENTS = 64
 MAX_REGISTERS = 64
 SM_REGISTERS = 65536  # per SM on sm_90 and sm_100
@@ -78,7 +76,7 @@ class RMSNormQuantizeKernel:
         The carveout is given explicitly (room for those CTAs' shared memory, the rest left to
         L1): without one, CuTe-DSL queries the GPU at compile time, and builds run without one.
         """
-        if elements != CAPPED_ELEMENTS:
+        if elements < CAPPED_ELEMENTS:
             return {}
         ctas = SM_REGISTERS // (self.threads * MAX_REGISTERS)
         return {"max_number_threads": [self.threads, 1, 1], "min_blocks_per_mp": ctas,
