@@ -14,8 +14,9 @@ from __future__ import annotations
 import datetime
 import fnmatch
 import json
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, NamedTuple
 
 import torch
 
@@ -99,17 +100,24 @@ def make_calls(op: str, coords: dict[str, str], fn: Callable, m: int, k: int, l2
     return timing(coords, fn, m, k, l2_bytes)
 
 
-def tune(root: Path, device_label: str | None = None, only: str = "*",
-         log: Callable[[str], None] = print) -> dict[str, Any]:
-    """Time every candidate in the cache at `root` on the current GPU; return the table."""
-    dev = torch.cuda.current_device()
-    cap = torch.cuda.get_device_capability(dev)
-    device = device_label or torch.cuda.get_device_name(dev)
-    l2 = torch.cuda.get_device_properties(dev).L2_cache_size
-    table = DispatchTable(root)
-    choices: dict[str, dict[str, list[dict[str, Any] | None]]] = {}
-    timings: dict[str, dict[str, list[dict[str, float]]]] = {}
-    archs, toolchains = set(), set()
+class Pool(NamedTuple):
+    """The candidates `tune` times against each other: one dispatch group's builds of one K-class
+    and arch, with the K values they are timed at, their tuning values and the heuristic's pick."""
+
+    group: str
+    op: str
+    kclass: str
+    arch: str
+    cands: list[Candidate]
+    coords: dict[str, Any]
+    ks: list[int]
+    values: list[dict[str, Any]]
+    default: int  # index of the family heuristic's pick
+
+
+def candidate_pools(table: DispatchTable, only: str, cap: tuple[int, int]) -> Iterator[Pool]:
+    """Every pool of two or more candidates of the tuned ops' dispatch groups matching `only` that
+    run on a GPU of compute capability `cap`, in group and K-class order."""
     tuned = tuned_families()
     for group, cands in sorted(table.groups().items()):
         op = group.split("|", 1)[0]
@@ -122,32 +130,53 @@ def tune(root: Path, device_label: str | None = None, only: str = "*",
         for (kc_name, arch), pool in sorted(pools.items()):
             if len(pool) < 2:
                 continue
-            archs.add(arch)
-            toolchains.update(p.entry.get("toolchain_id", "") for p in pool)
             coords = dict(pool[0].entry["extra"]["dispatch"])
-            ks = problem_ks(op, pool[0], FORMATS[coords["format"]].block)
-            fns = [table.load(p) for p in pool]
             values = [tuning_values(op, p.entry["variant"]["axes"]) for p in pool]
-            default = min(range(len(pool)), key=lambda i: heuristic_rank(op, pool[i].kclass.max_k, values[i]))
-            per_bucket, times = [], []
-            for m in BUCKET_SAMPLE_M:
-                # The least total time over the class's sample K values.
-                us = [sum(gpu_us(make_calls(op, coords, fn, m, k, l2)) for k in ks) for fn in fns]
-                torch.cuda.empty_cache()
-                best = pick(us, default)
-                per_bucket.append(values[best])
-                times.append({json.dumps(v, sort_keys=True): round(t, 3) for v, t in zip(values, us)})
-                log(f"{group} {kc_name} M={m} K={'+'.join(map(str, ks))}: " + ", ".join(
-                    f"{json.dumps(v, sort_keys=True)} {t:.1f} us" for v, t in zip(values, us)) + f" -> {values[best]}")
-            choices.setdefault(group, {})[kc_name] = per_bucket
-            timings.setdefault(group, {})[kc_name] = times
+            yield Pool(group, op, kc_name, arch, pool, coords, problem_ks(op, pool[0], FORMATS[coords["format"]].block),
+                       values, min(range(len(pool)), key=lambda i: heuristic_rank(op, pool[i].kclass.max_k, values[i])))
+
+
+def time_pool(pool: Pool, fns: list[Callable], m: int, l2_bytes: int) -> list[float]:
+    """Each candidate's GPU time (us) at M = m: the least total over the class's sample K values."""
+    us = [sum(gpu_us(make_calls(pool.op, pool.coords, fn, m, k, l2_bytes)) for k in pool.ks) for fn in fns]
+    torch.cuda.empty_cache()
+    return us
+
+
+def tune(root: Path, device_label: str | None = None, only: str = "*",
+         log: Callable[[str], None] = print) -> dict[str, Any]:
+    """Time every candidate in the cache at `root` on the current GPU; return the table."""
+    dev = torch.cuda.current_device()
+    cap = torch.cuda.get_device_capability(dev)
+    device = device_label or torch.cuda.get_device_name(dev)
+    l2 = torch.cuda.get_device_properties(dev).L2_cache_size
+    table = DispatchTable(root)
+    choices: dict[str, dict[str, list[dict[str, Any] | None]]] = {}
+    timings: dict[str, dict[str, list[dict[str, float]]]] = {}
+    archs, toolchains = set(), set()
+    for pool in candidate_pools(table, only, cap):
+        group, kc_name, values = pool.group, pool.kclass, pool.values
+        archs.add(pool.arch)
+        toolchains.update(p.entry.get("toolchain_id", "") for p in pool.cands)
+        fns = [table.load(p) for p in pool.cands]
+        per_bucket, times = [], []
+        for m in BUCKET_SAMPLE_M:
+            us = time_pool(pool, fns, m, l2)
+            best = pick(us, pool.default)
+            per_bucket.append(values[best])
+            times.append({json.dumps(v, sort_keys=True): round(t, 3) for v, t in zip(values, us)})
+            log(f"{group} {kc_name} M={m} K={'+'.join(map(str, pool.ks))}: " + ", ".join(
+                f"{json.dumps(v, sort_keys=True)} {t:.1f} us" for v, t in zip(values, us)) + f" -> {values[best]}")
+        choices.setdefault(group, {})[kc_name] = per_bucket
+        timings.setdefault(group, {})[kc_name] = times
     if len(archs) > 1:
         raise RuntimeError(f"candidates of several arches ran here ({sorted(archs)}); tune one arch per cache")
+    decided = {g.split("|", 1)[0] for g in choices}
     return {"schema": SCHEMA, "device": device, "arch": next(iter(archs), f"sm_{cap[0]}{cap[1]}a"),
             "created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
             "toolchain_id": sorted(toolchains)[0] if len(toolchains) == 1 else "",
             "m_buckets": list(M_BUCKETS), "bucket_sample_m": list(BUCKET_SAMPLE_M),
             # Only the ops the table decides for: a table that named an op without choices went
             # stale (and failed tests/runtime/test_tuning.py) whenever that op's kernel changed.
-            "sources": {op: source_hash(op) for op in tuned if any(g.split("|", 1)[0] == op for g in choices)},
+            "sources": {op: source_hash(op) for op in tuned_families() if op in decided},
             "choices": choices, "timings_us": timings}

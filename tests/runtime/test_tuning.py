@@ -270,3 +270,24 @@ def test_tuner_keeps_the_heuristic_pick_unless_another_is_measurably_faster():
     assert pick([9.8, 9.8], 1) == 1
     assert pick([10.0, 10.0 * (1 + MIN_GAIN / 2)], 1) == 1
     assert pick([10.0, 10.0 * (1 + 2 * MIN_GAIN)], 1) == 0
+
+
+def test_candidate_pools_are_what_tune_times(cache):
+    """`tune` and `benchmarks/tuning_samples.py` time the same pools: each K-class's builds of a
+    dispatch group that runs here, with the class's sample K values and the heuristic's pick."""
+    from kernelforge.tuner.measure import candidate_pools
+
+    table = dispatch.DispatchTable(cache.root)
+    pools = {p.kclass: p for p in candidate_pools(table, "rmsnorm_quantize|*", (9, 0))}
+    assert set(pools) == {"h8k", "h32k"}
+    h32k = pools["h32k"]
+    assert h32k.group == GROUP and h32k.op == "rmsnorm_quantize" and h32k.arch == "sm_90a"
+    assert sorted((v["elements"], v["ctas_per_row"]) for v in h32k.values) == [(32, 1), (32, 2), (64, 1), (64, 2)]
+    assert [c.entry["name"] for c in h32k.cands] == [c.entry["name"] for c in table.groups()[GROUP] if c.kclass.name == "h32k"]
+    assert h32k.ks == [32768, 24576] and pools["h8k"].ks == [8192, 6144]
+    # The heuristic's pick: 64 elements above H = 8192, 32 up to it, one CTA per row.
+    assert h32k.values[h32k.default] == {"elements": 64, "ctas_per_row": 1}
+    assert pools["h8k"].values[pools["h8k"].default] == {"elements": 32, "ctas_per_row": 1}
+    assert h32k.coords == COORDS
+    assert not list(candidate_pools(table, "quantize|*", (9, 0)))  # no group of that op here
+    assert not list(candidate_pools(table, "*", (8, 0)))  # sm_90a builds do not run on sm_80
