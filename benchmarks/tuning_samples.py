@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
+import sys
 from pathlib import Path
 
 
@@ -30,11 +31,17 @@ def main() -> None:
 
     import torch
 
+    from kernelforge.build.tables import read_table_file
     from kernelforge.runtime.dispatch import DispatchTable
     from kernelforge.runtime.tuning import BUCKET_SAMPLE_M, TuningTable, m_bucket
     from kernelforge.tuner.measure import MIN_GAIN, candidate_pools, time_pool
 
-    table = TuningTable(json.loads(args.table.read_text()))
+    try:
+        table = TuningTable(read_table_file(args.table))
+    except ValueError as exc:
+        sys.exit(f"tuning_samples: --table: {exc}")
+    if not torch.cuda.is_available():
+        sys.exit("tuning_samples: needs a CUDA GPU (it times the cached kernels)")
     dev = torch.cuda.current_device()
     cap = torch.cuda.get_device_capability(dev)
     l2 = torch.cuda.get_device_properties(dev).L2_cache_size
