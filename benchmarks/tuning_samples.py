@@ -14,7 +14,6 @@ and M. The table is a table file of this card (e.g. kernelforge/data/tuning/<car
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 import sys
 from pathlib import Path
@@ -34,7 +33,7 @@ def main() -> None:
     from kernelforge.build.tables import read_table_file
     from kernelforge.runtime.dispatch import DispatchTable
     from kernelforge.runtime.tuning import BUCKET_SAMPLE_M, TuningTable, m_bucket
-    from kernelforge.tuner.measure import MIN_GAIN, candidate_pools, time_pool
+    from kernelforge.tuner.measure import MIN_GAIN, candidate_pools, describe, time_pool
 
     try:
         table = TuningTable(read_table_file(args.table))
@@ -64,9 +63,8 @@ def main() -> None:
                 continue
             loss = us[i] / min(us)
             losses[m].append((loss, f"{pool.group} {pool.kclass}"))
-            lines.append(f"{pool.group} {pool.kclass} M={m} K={'+'.join(map(str, pool.ks))}: " + ", ".join(
-                f"{json.dumps(v, sort_keys=True)} {t:.1f} us" for v, t in zip(pool.values, us))
-                + f"; table (bucket {bucket}, timed at M={BUCKET_SAMPLE_M[bucket]}): {pick} x{loss:.3f}")
+            lines.append(describe(pool, m, us)
+                         + f"; table (bucket {bucket}, timed at M={BUCKET_SAMPLE_M[bucket]}): {pick} x{loss:.3f}")
     if args.log:
         args.log.write_text("\n".join(lines) + "\n")
     print(f"{torch.cuda.get_device_name(dev)}: {classes} K-classes of '{args.only}', table {args.table.name}")
@@ -74,7 +72,8 @@ def main() -> None:
         worse = sorted((x for x in losses[m] if x[0] > 1 + MIN_GAIN), reverse=True)
         median = f"{statistics.median(x[0] for x in worse):.3f}" if worse else "-"
         top = f"; largest x{worse[0][0]:.3f} ({worse[0][1]})" if worse else ""
-        print(f"  M={m:6d} (bucket {m_bucket(m)}, timed at {BUCKET_SAMPLE_M[m_bucket(m)]}): "
+        bucket = m_bucket(m)
+        print(f"  M={m:6d} (bucket {bucket}, timed at {BUCKET_SAMPLE_M[bucket]}): "
               f"{len(worse)} of {len(losses[m])} choices slower than the fastest by > {MIN_GAIN:.0%}, "
               f"median x{median}{top}")
 

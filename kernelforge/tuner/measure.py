@@ -143,6 +143,13 @@ def time_pool(pool: Pool, fns: list[Callable], m: int, l2_bytes: int) -> list[fl
     return us
 
 
+def describe(pool: Pool, m: int, us: list[float]) -> str:
+    """One log line of a pool timed at M = m: the group, K-class, sample K values and each
+    candidate's tuning values with its time."""
+    return (f"{pool.group} {pool.kclass} M={m} K={'+'.join(map(str, pool.ks))}: "
+            + ", ".join(f"{json.dumps(v, sort_keys=True)} {t:.1f} us" for v, t in zip(pool.values, us)))
+
+
 def tune(root: Path, device_label: str | None = None, only: str = "*",
          log: Callable[[str], None] = print) -> dict[str, Any]:
     """Time every candidate in the cache at `root` on the current GPU; return the table."""
@@ -165,8 +172,7 @@ def tune(root: Path, device_label: str | None = None, only: str = "*",
             best = pick(us, pool.default)
             per_bucket.append(values[best])
             times.append({json.dumps(v, sort_keys=True): round(t, 3) for v, t in zip(values, us)})
-            log(f"{group} {kc_name} M={m} K={'+'.join(map(str, pool.ks))}: " + ", ".join(
-                f"{json.dumps(v, sort_keys=True)} {t:.1f} us" for v, t in zip(values, us)) + f" -> {values[best]}")
+            log(describe(pool, m, us) + f" -> {values[best]}")
         choices.setdefault(group, {})[kc_name] = per_bucket
         timings.setdefault(group, {})[kc_name] = times
     if len(archs) > 1:

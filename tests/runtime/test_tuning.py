@@ -275,7 +275,7 @@ def test_tuner_keeps_the_heuristic_pick_unless_another_is_measurably_faster():
 def test_candidate_pools_are_what_tune_times(cache):
     """`tune` and `benchmarks/tuning_samples.py` time the same pools: each K-class's builds of a
     dispatch group that runs here, with the class's sample K values and the heuristic's pick."""
-    from kernelforge.tuner.measure import candidate_pools
+    from kernelforge.tuner.measure import candidate_pools, describe
 
     table = dispatch.DispatchTable(cache.root)
     pools = {p.kclass: p for p in candidate_pools(table, "rmsnorm_quantize|*", (9, 0))}
@@ -289,5 +289,9 @@ def test_candidate_pools_are_what_tune_times(cache):
     assert h32k.values[h32k.default] == {"elements": 64, "ctas_per_row": 1}
     assert pools["h8k"].values[pools["h8k"].default] == {"elements": 32, "ctas_per_row": 1}
     assert h32k.coords == COORDS
+    # The line `tune` logs for a pool timed at one M (and tuning_samples.py writes).
+    assert describe(pools["h8k"], 2048, [1.26, 3.0]) == (
+        f"{GROUP} h8k M=2048 K=8192+6144: " + ", ".join(
+            f"{json.dumps(v, sort_keys=True)} {t} us" for v, t in zip(pools["h8k"].values, ("1.3", "3.0"))))
     assert not list(candidate_pools(table, "quantize|*", (9, 0)))  # no group of that op here
     assert not list(candidate_pools(table, "*", (8, 0)))  # sm_90a builds do not run on sm_80
