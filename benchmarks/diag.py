@@ -13,6 +13,7 @@ ones             the ways to make the [1.0] NVFP4 global-scale stand-in, in a fr
 dual-unswizzle   linear scales of the columnwise op: direct kernel against the staged path
 wheel-signature  the cost of checking an installed kernel wheel's signature (device/node_check.sh)
 eager-split      an eager call's time split into host path, launch and kernel (plain and grouped)
+launch-cost      the loaded kernel function's own call, by op, size and queue state
 
 Fresh-process subcommands set up like `bench_startup.py` (torch imported, CUDA tensors made) and
 print each child's figures, then the medians. Import kernelforge from compiled bytecode (`python
@@ -766,13 +767,77 @@ def eager_split(args: argparse.Namespace) -> None:
         print("\n".join(line for line in buf.getvalue().splitlines() if line.strip()[:1].isdigit()))
 
 
+LAUNCH_CASES = (("quantize", "mxfp8", 0), ("quantize", "nvfp4", 0), ("grouped", "mxfp8", 8), ("grouped", "nvfp4", 8))
+
+
+def launch_cost(args: argparse.Namespace) -> None:
+    """The loaded kernel function's own call (`hit.fn` of the out= fast path: the TVM-FFI call and
+    the launch), us, per op at a tiny and a large size: `busy` calls queued back to back
+    (`_timing.host_us`, as eager-split's `direct`), `idle` one call on a drained queue (median),
+    and `python` the whole out= call back to back; `torch.add(out=)` at the tiny size for scale.
+    A cost that grows with the kernel's size or only on a busy queue is the launch waiting on the
+    GPU, not host work."""
+    import torch
+
+    import kernelforge
+    from _timing import host_us
+    from kernelforge.ops import fast_path
+
+    def idle_us(f, calls: int = 41) -> float:
+        times = []
+        for _ in range(calls):
+            torch.cuda.synchronize()
+            t = time.perf_counter()
+            f()
+            times.append((time.perf_counter() - t) * 1e6)
+        return sorted(times)[calls // 2]
+
+    gen = torch.Generator().manual_seed(0)
+    rows = []
+    for t, k in ((256, 256), (args.t, args.k)):
+        x = torch.randn(t, k, device="cuda", dtype=torch.bfloat16)
+        for op, fmt, g in LAUNCH_CASES:
+            a = {} if fmt == "nvfp4" else {"scale_mode": "floor"}
+            if op == "quantize":
+                out = kernelforge.quantize(x, fmt, layout="swizzled", **a)
+
+                def call(out=out, fmt=fmt, a=a):
+                    return kernelforge.quantize(x, fmt, layout="swizzled", out=out, **a)
+            else:
+                sizes = torch.multinomial(torch.ones(g), t, replacement=True, generator=gen).bincount(minlength=g)
+                offs = sizes.cumsum(0).to(torch.int32).cuda()
+                out = kernelforge.quantize_grouped(x, offs, fmt, **a)
+
+                def call(out=out, fmt=fmt, a=a, offs=offs):
+                    return kernelforge.quantize_grouped(x, offs, fmt, out=out, **a)
+            call()
+            call()
+            torch.cuda.synchronize()
+            name = "quantize_grouped" if g else "quantize"
+            hit = next(h for key, h in fast_path.fast_calls.items() if key[0] == name and key[1] == x.shape
+                       and key[5] == fmt and h.out_spans)
+            fn_args = (x, out[0], out[1], hit.arg) if not g else (x, offs, *out, hit.arg)
+            row = {"case": f"{op} {fmt}" + (f" G={g}" if g else "") + f" {t}x{k}",
+                   "busy": host_us(lambda: hit.fn(*fn_args), n=10, loops=20),
+                   "idle": idle_us(lambda: hit.fn(*fn_args)),
+                   "python": host_us(call, n=10, loops=20)}
+            rows.append(row)
+            print(f"{row['case']:32s} direct busy {row['busy']:6.2f}  direct idle {row['idle']:6.2f}  "
+                  f"out= call {row['python']:6.2f} us", flush=True)
+    xa = torch.randn(256, 256, device="cuda", dtype=torch.bfloat16)
+    ya = torch.empty_like(xa)
+    add = host_us(lambda: torch.add(xa, xa, out=ya), n=10, loops=20)
+    print(f"{'torch.add(out=) 256x256':32s} busy {add:6.2f} us")
+    print(json.dumps({"device": torch.cuda.get_device_name(), "rows": rows, "torch_add_us": add}))
+
+
 # --- command line -----------------------------------------------------------------------------------
 
 def parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog="diag.py", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = ap.add_subparsers(dest="command", required=True, metavar="SUBCOMMAND")
-    summary = dict(line.split(None, 1) for line in __doc__.splitlines()[4:15])
+    summary = dict(line.split(None, 1) for line in __doc__.splitlines()[4:16])
 
     def add(name: str, fn) -> argparse.ArgumentParser:
         p = sub.add_parser(name, help=summary[name], description=fn.__doc__)
@@ -809,6 +874,9 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--t", type=int, default=16384)
     p.add_argument("--k", type=int, default=7168)
     p.add_argument("--top", type=int, default=8)
+    p = add("launch-cost", launch_cost)
+    p.add_argument("--t", type=int, default=16384)
+    p.add_argument("--k", type=int, default=7168)
     return ap
 
 
