@@ -681,6 +681,37 @@ EAGER_CASES = (("quantize", "mxfp8", 0), ("quantize", "nvfp4", 0), ("grouped", "
                ("grouped", "mxfp8", 1024), ("grouped", "nvfp4", 8), ("grouped", "nvfp4", 1024))
 
 
+def out_call(op: str, fmt: str, g: int, x, gen=None):
+    """`(call, direct)` of one `eager-split` / `launch-cost` case: `call(x)` makes the out= call of
+    op "quantize" (g = 0, swizzled) or "grouped" (g groups of random sizes over x's rows) into
+    buffers made for x; `direct()` calls the loaded kernel function that call's out= fast path
+    remembered (the TVM-FFI call and the launch) with x and those buffers. One call is made."""
+    import torch
+
+    import kernelforge
+    from kernelforge.ops import fast_path
+
+    a = {} if fmt == "nvfp4" else {"scale_mode": "floor"}
+    if op == "quantize":
+        out = kernelforge.quantize(x, fmt, layout="swizzled", **a)
+
+        def call(x):
+            return kernelforge.quantize(x, fmt, layout="swizzled", out=out, **a)
+    else:
+        gen = gen if gen is not None else torch.Generator().manual_seed(0)
+        sizes = torch.multinomial(torch.ones(g), x.shape[0], replacement=True, generator=gen).bincount(minlength=g)
+        offs = sizes.cumsum(0).to(torch.int32).cuda()
+        out = kernelforge.quantize_grouped(x, offs, fmt, **a)
+
+        def call(x):
+            return kernelforge.quantize_grouped(x, offs, fmt, out=out, **a)
+    call(x)
+    hit = next(h for k, h in fast_path.fast_calls.items() if k[0] == ("quantize_grouped" if g else "quantize")
+               and k[1] == x.shape and k[5] == fmt and h.out_spans)
+    fn_args = (x, out[0], out[1], hit.arg) if not g else (x, offs, *out, hit.arg)
+    return call, lambda: hit.fn(*fn_args)
+
+
 def eager_split_row(op: str, fmt: str, g: int, xs: list, gen=None) -> dict:
     """One case of `eager-split` (see there): op "quantize" (g = 0) or "grouped" with g groups of
     random sizes over the rows of the inputs `xs` (`_timing.rotating_inputs`), out= given; us per
@@ -688,25 +719,9 @@ def eager_split_row(op: str, fmt: str, g: int, xs: list, gen=None) -> dict:
     of x making that call, for profiling it further)."""
     import torch
 
-    import kernelforge
     from _timing import eager_event_us, graph_us, host_us
-    from kernelforge.ops import fast_path
 
-    t = xs[0].shape[0]
-    a = {} if fmt == "nvfp4" else {"scale_mode": "floor"}
-    if op == "quantize":
-        out = kernelforge.quantize(xs[0], fmt, layout="swizzled", **a)
-
-        def call(x):
-            return kernelforge.quantize(x, fmt, layout="swizzled", out=out, **a)
-    else:
-        gen = gen if gen is not None else torch.Generator().manual_seed(0)
-        sizes = torch.multinomial(torch.ones(g), t, replacement=True, generator=gen).bincount(minlength=g)
-        offs = sizes.cumsum(0).to(torch.int32).cuda()
-        out = kernelforge.quantize_grouped(xs[0], offs, fmt, **a)
-
-        def call(x):
-            return kernelforge.quantize_grouped(x, offs, fmt, out=out, **a)
+    call, direct_call = out_call(op, fmt, g, xs[0], gen)
     it = iter(range(10**9))
     b2b = graph_us(lambda: call(xs[next(it) % len(xs)]))
     gr = torch.cuda.CUDAGraph()
@@ -717,11 +732,7 @@ def eager_split_row(op: str, fmt: str, g: int, xs: list, gen=None) -> dict:
     graph1 = eager_event_us(lambda _x: gr.replay(), xs)
     eager = eager_event_us(call, xs)
     host = host_us(lambda: call(xs[0]), n=10, loops=20)
-    # the loaded kernel function alone (TVM-FFI call + launch), from the out= fast path's memo
-    hit = next(h for k, h in fast_path.fast_calls.items() if k[0] == ("quantize_grouped" if g else "quantize")
-               and k[1] == xs[0].shape and k[5] == fmt and h.out_spans)
-    fn_args = (xs[0], out[0], out[1], hit.arg) if not g else (xs[0], offs, *out, hit.arg)
-    direct = host_us(lambda: hit.fn(*fn_args), n=10, loops=20)
+    direct = host_us(direct_call, n=10, loops=20)  # the loaded kernel function alone
     with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
         for x in xs[:4]:
             call(x)
@@ -779,9 +790,7 @@ def launch_cost(args: argparse.Namespace) -> None:
     GPU, not host work."""
     import torch
 
-    import kernelforge
     from _timing import host_us
-    from kernelforge.ops import fast_path
 
     def idle_us(f, calls: int = 41) -> float:
         times = []
@@ -797,30 +806,13 @@ def launch_cost(args: argparse.Namespace) -> None:
     for t, k in ((256, 256), (args.t, args.k)):
         x = torch.randn(t, k, device="cuda", dtype=torch.bfloat16)
         for op, fmt, g in LAUNCH_CASES:
-            a = {} if fmt == "nvfp4" else {"scale_mode": "floor"}
-            if op == "quantize":
-                out = kernelforge.quantize(x, fmt, layout="swizzled", **a)
-
-                def call(out=out, fmt=fmt, a=a):
-                    return kernelforge.quantize(x, fmt, layout="swizzled", out=out, **a)
-            else:
-                sizes = torch.multinomial(torch.ones(g), t, replacement=True, generator=gen).bincount(minlength=g)
-                offs = sizes.cumsum(0).to(torch.int32).cuda()
-                out = kernelforge.quantize_grouped(x, offs, fmt, **a)
-
-                def call(out=out, fmt=fmt, a=a, offs=offs):
-                    return kernelforge.quantize_grouped(x, offs, fmt, out=out, **a)
-            call()
-            call()
+            call, direct = out_call(op, fmt, g, x, gen)
+            call(x)
             torch.cuda.synchronize()
-            name = "quantize_grouped" if g else "quantize"
-            hit = next(h for key, h in fast_path.fast_calls.items() if key[0] == name and key[1] == x.shape
-                       and key[5] == fmt and h.out_spans)
-            fn_args = (x, out[0], out[1], hit.arg) if not g else (x, offs, *out, hit.arg)
             row = {"case": f"{op} {fmt}" + (f" G={g}" if g else "") + f" {t}x{k}",
-                   "busy": host_us(lambda: hit.fn(*fn_args), n=10, loops=20),
-                   "idle": idle_us(lambda: hit.fn(*fn_args)),
-                   "python": host_us(call, n=10, loops=20)}
+                   "busy": host_us(direct, n=10, loops=20),
+                   "idle": idle_us(direct),
+                   "python": host_us(lambda: call(x), n=10, loops=20)}
             rows.append(row)
             print(f"{row['case']:32s} direct busy {row['busy']:6.2f}  direct idle {row['idle']:6.2f}  "
                   f"out= call {row['python']:6.2f} us", flush=True)

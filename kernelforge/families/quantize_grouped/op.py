@@ -186,9 +186,9 @@ def quantize_grouped(
 def _offsets_fit(offsets: torch.Tensor, device: int, out_spans: tuple) -> bool:
     """Whether group_offsets (of the remembered shape) passes `_check_offsets` on `device` and
     overlaps none of the out buffers, as the checked path requires. It runs on every fast-path
-    call, so it is written for host time: one contiguity test instead of the shape and stride
-    reads, and a plain loop over the spans instead of a generator (`benchmarks/diag.py
-    launch-cost` times the whole call)."""
+    call, so it is written for host time: one contiguity test covers the rule "contiguous when
+    G > 1", and the spans are walked by a plain loop, which sets up no generator
+    (`benchmarks/diag.py launch-cost` times the whole call)."""
     if offsets.dtype is not torch.int32 or offsets.get_device() != device or not offsets.is_contiguous():
         return False
     lo = offsets.data_ptr()
