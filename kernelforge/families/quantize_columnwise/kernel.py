@@ -20,6 +20,7 @@ import cuda.bindings.driver as cuda
 import cutlass
 import cutlass.cute as cute
 from cutlass import Float32, Int32, Uint8, Uint32, Uint64
+from cutlass.cute.nvgpu import cpasync
 
 from kernelforge.formats import Format
 from kernelforge.kernels import convert as cv
@@ -32,6 +33,14 @@ TILE_BLOCKS = 4  # scale blocks per tile row: one swizzle column group (128 MX /
 THREADS = 128
 SMEM_PAD_BYTES = 16  # per tile row: 16-byte row stores from neighbouring rows hit other banks
 RHT_SIZE = 16  # the Hadamard transform runs over 16 consecutive rows (one NVFP4 block)
+# Whole 16-bit MXFP4 tiles (the `tile` K-class) are copied into shared memory with cp.async, two
+# stages: a CTA takes TILES_PER_CTA neighbouring tiles along K and copies the next while it
+# quantizes this one, so a tile's loads no longer wait in registers before any work can start.
+TILES_PER_CTA = 2
+STAGES = 2
+CHUNK_ELEMS = 8  # 16-bit elements of one 16-byte cp.async chunk
+SM_SHARED_BYTES = 228 * 1024  # shared memory of a Hopper SM, of which each CTA also reserves 1 KB
+CTA_RESERVED_SHARED_BYTES = 1024
 
 
 @dataclass(frozen=True)
@@ -88,11 +97,28 @@ class TiledQuantizeKernel:
         # K tiles on x (no launch limit), M tiles on y (<= 65535, checked by the op): consecutive
         # CTAs read neighbouring column strips of the same rows (faster than M tiles on x;
         # docs/performance.md).
-        grid = [(k_ext + (self.tile_k - 1)) // self.tile_k, (m_ext + (TILE_M - 1)) // TILE_M, 1]
+        k_tiles = (k_ext + (self.tile_k - 1)) // self.tile_k
         smem = self.tile_bytes(mX.element_type) + 2 * CHUNK_BYTES + 2 * 4 * FACTOR_TABLE
+        if cutlass.const_expr(self.pipelined(mX.element_type)):
+            k_tiles = (k_tiles + (TILES_PER_CTA - 1)) // TILES_PER_CTA
+            smem = STAGES * self.stage_bytes() + 2 * CHUNK_BYTES + 2 * 4 * FACTOR_TABLE
+        grid = [k_tiles, (m_ext + (TILE_M - 1)) // TILE_M, 1]
+        limits = {}
+        if cutlass.const_expr(self.pipelined(mX.element_type)):
+            limits = self.occupancy_limits()
         self.kernel(mX, mQ, mS, mQt, mSt, mG, mGt, sign_mask).launch(
-            grid=grid, block=[THREADS, 1, 1], smem=smem, stream=stream, use_pdl=PDL
+            grid=grid, block=[THREADS, 1, 1], smem=smem, stream=stream, use_pdl=PDL, **limits
         )
+
+    def occupancy_limits(self) -> dict:
+        """The cp.async path's launch bounds: as many CTAs per SM as its shared memory allows, and
+        registers capped to match (ptxas otherwise keeps both stages' row blocks and columns live,
+        over 140 registers: a third of the CTAs). The carveout is explicit (all shared memory)
+        because CuTe-DSL would otherwise query the build machine's GPU.
+        https://docs.nvidia.com/cuda/cuda-c-programming-guide/#launch-bounds"""
+        smem = STAGES * self.stage_bytes() + 2 * CHUNK_BYTES + (2 * 4 * FACTOR_TABLE if self.q.nvfp4 else 0)
+        ctas = SM_SHARED_BYTES // (smem + CTA_RESERVED_SHARED_BYTES)
+        return {"max_number_threads": [THREADS, 1, 1], "min_blocks_per_mp": ctas, "preferred_smem_carveout": 100}
 
     def pitch(self, dtype) -> int:
         """Elements per shared-memory tile row of an fp32 tile (padded)."""
@@ -103,6 +129,30 @@ class TiledQuantizeKernel:
         if dtype.width == 16:
             return TILE_M // 2 * self.pair_pitch * 4
         return TILE_M * self.pitch(dtype) * dtype.width // 8
+
+    def pipelined(self, dtype) -> bool:
+        """Whole tiles of a 16-bit MXFP4 input take the cp.async path (`pipelined_tiles`): on both
+        cards its dual calls ran 1-3 points of copy faster at 8192 and 16384 rows. The other formats
+        keep the register path: NVFP4 issues instructions in most cycles, and the stages' unpaired
+        rows (two 32-bit gathers per row pair) and the launch bounds' 48 registers made it 2-12
+        points slower on an H200; MXFP8 dual lost about a point on an H100 (docs/performance.md)."""
+        return self.cfg.exact_tiles and dtype.width == 16 and self.cfg.fmt.name == "mxfp4"
+
+    def stage_words(self) -> int:
+        """32-bit words per tile row of a cp.async stage: the row plus a pad that puts the two rows
+        of a thread's row pair (and a quarter-warp's 16-byte reads, `stage_slot`) on distinct banks."""
+        return self.tile_k // 2 + (8 if self.block == 32 else 4)
+
+    def stage_bytes(self) -> int:
+        """Shared memory of one stage: TILE_M rows (a stage also holds the staged transposed output)."""
+        return TILE_M * self.stage_words() * 4
+
+    @cute.jit
+    def stage_slot(self, kb: Int32, c: Int32) -> Int32:
+        """16-byte slot of chunk c of block kb in a stage row: the chunks of a block are rotated by
+        the block index, so the quarter-warp that reads four blocks of a row hits 16 banks."""
+        chunks = self.block // CHUNK_ELEMS
+        return kb * chunks + (c + kb) % chunks
 
     @cute.jit
     def pair_word(self, p: Int32) -> Int32:
@@ -125,6 +175,16 @@ class TiledQuantizeKernel:
         enter_dependent_grid()
         tidx, _, _ = cute.arch.thread_idx()
         tk, bidx, _ = cute.arch.block_idx()
+        if cutlass.const_expr(self.pipelined(mX.element_type)):
+            self.pipelined_tiles(mX, mQ, mS, mQt, mSt, mG, mGt, sign_mask, bidx, tk, tidx)
+        else:
+            self.one_tile(mX, mQ, mS, mQt, mSt, mG, mGt, sign_mask, bidx, tk, tidx)
+
+    @cute.jit
+    def one_tile(self, mX: cute.Tensor, mQ: cute.Tensor, mS: cute.Tensor, mQt: cute.Tensor, mSt: cute.Tensor,
+                 mG: cute.Tensor, mGt: cute.Tensor, sign_mask: Int32, bidx: Int32, tk: Int32, tidx: Int32):
+        """Tile (bidx, tk), loaded into registers and parked in shared memory (fp32 inputs, and
+        the `edge` K-class whose tiles may cross the end of x)."""
         dtype = mX.element_type
         smem = cutlass.utils.SmemAllocator()
         if cutlass.const_expr(dtype.width == 16):
@@ -147,8 +207,6 @@ class TiledQuantizeKernel:
             # covers 4 bytes in each of 8 rows, as many bytes per sector as the staged pieces.
             sS = (smem.allocate_tensor(Uint8, cute.make_layout(CHUNK_BYTES), 16) if self.swizzled else None,
                   smem.allocate_tensor(Uint8, cute.make_layout(CHUNK_BYTES), 16))
-        # One tile per CTA. (Four tiles per CTA with the next tile's loads issued before the
-        # current one is processed doubles the registers and is slower: docs/performance.md.)
         raws, fulls = self.load_tile(mX, bidx, tk, tidx)
         # NVFP4's global scales after the tile's loads are in flight, not before: their reads
         # and the branches of the exact reciprocal would otherwise delay every load of the CTA.
@@ -159,6 +217,117 @@ class TiledQuantizeKernel:
             for t in cutlass.range_constexpr(2):
                 self.q.fill_factor_table(tables[t], factors[t][1], tidx, THREADS)
         self.process_tile(mX, mQ, mS, mQt, mSt, sT, sQ, sS, factors, tables, sign_mask, raws, fulls, bidx, tk, tidx)
+
+    @cute.jit
+    def pipelined_tiles(self, mX: cute.Tensor, mQ: cute.Tensor, mS: cute.Tensor, mQt: cute.Tensor, mSt: cute.Tensor,
+                        mG: cute.Tensor, mGt: cute.Tensor, sign_mask: Int32, tm: Int32, tkc: Int32, tidx: Int32):
+        """Tiles (tm, TILES_PER_CTA * tkc + j) of a 16-bit x in whole tiles: each is copied into a
+        shared-memory stage with cp.async while the previous one is quantized (module docstring)."""
+        smem = cutlass.utils.SmemAllocator()
+        sIn = smem.allocate_tensor(Uint32, cute.make_layout(STAGES * TILE_M * self.stage_words()), 16)
+        sS = (smem.allocate_tensor(Uint8, cute.make_layout(CHUNK_BYTES), 16) if self.swizzled else None,
+              smem.allocate_tensor(Uint8, cute.make_layout(CHUNK_BYTES), 16))
+        k_ext = mX.shape[1]
+        if cutlass.const_expr(self.swizzled):
+            k_ext = (mX.shape[1] + 127) // 128 * 128
+        tk0 = tkc * TILES_PER_CTA
+        n = cutlass.min((k_ext + (self.tile_k - 1)) // self.tile_k - tk0, TILES_PER_CTA)
+        self.issue_tile(mX, sIn, 0, tm, tk0, tidx)
+        cute.arch.cp_async_commit_group()
+        # NVFP4's global scales and factor tables once per CTA, while the first tile is in flight.
+        factors = (self.q.global_factors(mG), self.q.global_factors(mGt))
+        tables = (None, None)
+        if cutlass.const_expr(self.q.nvfp4):
+            tables = tuple(smem.allocate_tensor(Float32, cute.make_layout(FACTOR_TABLE), 16) for _ in range(2))
+            for t in cutlass.range_constexpr(2):
+                self.q.fill_factor_table(tables[t], factors[t][1], tidx, THREADS)
+        # Unrolled: a loop keeps every copy's addresses live across its body (spilled under the
+        # launch bounds).
+        for j in cutlass.range_constexpr(TILES_PER_CTA):
+            if j < n:
+                if cutlass.const_expr(j + 1 < TILES_PER_CTA):
+                    if j + 1 < n:
+                        self.issue_tile(mX, sIn, (j + 1) % STAGES, tm, tk0 + j + 1, tidx)
+                cute.arch.cp_async_commit_group()  # one group per tile (empty on the last)
+                cute.arch.cp_async_wait_group(1)  # this tile's group has landed
+                cute.arch.sync_threads()
+                base = (j % STAGES) * TILE_M * self.stage_words()
+                sQ = cute.make_tensor(cute.recast_ptr(sIn.iterator + base, dtype=Uint8),
+                                      cute.make_layout((self.tile_k, self.row_bytes),
+                                                       stride=(self.row_bytes + SMEM_PAD_BYTES, 1)))
+                raws, fulls = self.stage_rows(mX, sIn, base, tm, tk0 + j, tidx)
+                self.process_tile(mX, mQ, mS, mQt, mSt, sIn, sQ, sS, factors, tables, sign_mask, raws, fulls,
+                                  tm, tk0 + j, tidx, base)
+                cute.arch.sync_threads()  # the stage (and the staged scales) are free for the next copy
+
+    @cute.jit
+    def stage_chunks(self, sIn: cute.Tensor, dtype: cutlass.Constexpr) -> cute.Tensor:
+        """The stages as 16-byte chunks of the input dtype: ((CHUNK_ELEMS), (chunks))."""
+        elems = cute.make_tensor(cute.recast_ptr(sIn.iterator, dtype=dtype), cute.make_layout(cute.size(sIn) * 2))
+        return cute.zipped_divide(elems, (CHUNK_ELEMS,))
+
+    @cute.jit
+    def issue_tile(self, mX: cute.Tensor, sIn: cute.Tensor, stage: Int32, tm: Int32, tk: Int32, tidx: Int32):
+        """cp.async of tile (tm, tk) into `stage`, 16 bytes per copy, a row's chunks by neighbouring
+        threads; a tile of the swizzle padding (outside x) copies nothing."""
+        dtype = mX.element_type
+        m0 = tm * TILE_M
+        k0 = tk * self.tile_k
+        if m0 < mX.shape[0] and k0 < mX.shape[1]:  # whole tiles: then every row and chunk is inside x
+            atom = cute.make_copy_atom(cpasync.CopyG2SOp(), dtype, num_bits_per_copy=128)
+            gX = cute.zipped_divide(mX, (1, CHUNK_ELEMS))  # ((1, 8), (M, K/8))
+            sC = self.stage_chunks(sIn, dtype)
+            row_chunks = self.tile_k // CHUNK_ELEMS
+            block_chunks = self.block // CHUNK_ELEMS
+            first = stage * TILE_M * self.stage_words() // 4
+            for i in cutlass.range_constexpr(TILE_M * row_chunks // THREADS):
+                idx = i * THREADS + tidx
+                row = idx // row_chunks
+                ch = idx % row_chunks
+                slot = self.stage_slot(ch // block_chunks, ch % block_chunks)
+                cute.copy(atom, gX[(0, None), (m0 + row, k0 // CHUNK_ELEMS + ch)],
+                          sC[(None, first + row * self.stage_words() // 4 + slot)])
+
+    @cute.jit
+    def stage_rows(self, mX: cute.Tensor, sIn: cute.Tensor, base: Int32, tm: Int32, tk: Int32, tidx: Int32):
+        """The thread's row blocks of the staged tile in registers (`load_tile`'s result)."""
+        B = self.block
+        dtype = mX.element_type
+        kb = tidx % self.row_blocks
+        sC = self.stage_chunks(sIn, dtype)
+        raws = []
+        fulls = []
+        for j in cutlass.range_constexpr(self.row_jobs):
+            row = self.job_row(j, tidx)
+            raw = cute.make_rmem_tensor(B, dtype)
+            rC = cute.zipped_divide(raw, (CHUNK_ELEMS,))
+            full = tm * TILE_M + row < mX.shape[0] and tk * self.tile_k + (kb + 1) * B <= mX.shape[1]
+            if full:
+                for c in cutlass.range_constexpr(B // CHUNK_ELEMS):
+                    cute.autovec_copy(sC[(None, (base + row * self.stage_words()) // 4 + self.stage_slot(kb, c))],
+                                      rC[(None, c)])
+            else:
+                raw.fill(0)
+            raws.append(raw)
+            fulls.append(full)
+        return raws, fulls
+
+    @cute.jit
+    def gather_stage(self, sIn: cute.Tensor, base: Int32, r0: Int32, p: Int32, dtype: cutlass.Constexpr):
+        """`gather_pair` from a cp.async stage (rows unpaired: two 32-bit loads per row pair)."""
+        B = self.block
+        a = cute.make_rmem_tensor(B, dtype)
+        b = cute.make_rmem_tensor(B, dtype)
+        aw = cute.recast_tensor(a, Uint32)
+        bw = cute.recast_tensor(b, Uint32)
+        half = B // 2  # words of a block row
+        col = self.stage_slot(p // half, (p % half) // 4) * 4 + p % 4
+        for i in cutlass.range_constexpr(B // 2):
+            lo = sIn[base + (r0 + 2 * i) * self.stage_words() + col]  # row 2i: columns 2p, 2p+1
+            hi = sIn[base + (r0 + 2 * i + 1) * self.stage_words() + col]
+            aw[i] = cv.prmt(lo, hi, 0x5410)
+            bw[i] = cv.prmt(lo, hi, 0x7632)
+        return a, b
 
     @cute.jit
     def job_row(self, j: int, tidx: Int32) -> Int32:
@@ -196,8 +365,10 @@ class TiledQuantizeKernel:
     @cute.jit
     def process_tile(self, mX: cute.Tensor, mQ: cute.Tensor, mS: cute.Tensor, mQt: cute.Tensor, mSt: cute.Tensor,
                      sT: cute.Tensor, sQ: cute.Tensor, sS, factors, tables, sign_mask: Int32, raws, fulls,
-                     tm: Int32, tk: Int32, tidx: Int32):
-        """Both outputs of one tile from the thread's loaded row blocks."""
+                     tm: Int32, tk: Int32, tidx: Int32, stage_base: Int32 = None):
+        """Both outputs of one tile from the thread's loaded row blocks; with `stage_base` the tile
+        is a cp.async stage of sT (already read into `raws`) and gathers from there."""
+        staged = stage_base is not None
         B = self.block
         m_rows = mX.shape[0]
         k_cols = mX.shape[1]
@@ -207,13 +378,18 @@ class TiledQuantizeKernel:
         # Park the row blocks in shared memory and quantize them rowwise from registers. MX
         # formats do that before the barrier, so a warp's rowwise work fills its wait for the
         # other warps' parking; NVFP4's rowwise pass needs the factor tables the barrier publishes.
-        self.park(sT, raws, tidx)
-        if cutlass.const_expr(self.q.nvfp4):
-            cute.arch.sync_threads()
+        if cutlass.const_expr(not staged):
+            self.park(sT, raws, tidx)
+            if cutlass.const_expr(self.q.nvfp4):
+                cute.arch.sync_threads()
         if cutlass.const_expr(self.cfg.rowwise):
             self.rowwise(mQ, mS, sS, raws, fulls, enc_g, inv_g, tables[0], m_rows, k_cols, m0, k0, tidx)
-        if cutlass.const_expr(not self.q.nvfp4):
+        if cutlass.const_expr(not self.q.nvfp4 and not staged):
             cute.arch.sync_threads()
+        if cutlass.const_expr(staged and self.cfg.rowwise):
+            # Keeps ptxas from hoisting the column gathers above the rowwise pass, which would
+            # hold both in registers at once (and spill under the launch bounds).
+            cute.arch.sync_warp()
 
         # Column pairs of B rows from shared memory -> columnwise output. Whole tiles stage the
         # transposed data in shared memory and store it in 16-byte row segments afterwards: a
@@ -228,7 +404,11 @@ class TiledQuantizeKernel:
         gathered = []
         for j in cutlass.range_constexpr(self.col_jobs):
             job = j * THREADS + tidx
-            gathered.append(self.gather_pair(sT, job // self.pairs * B, job % self.pairs, mX.element_type))
+            if cutlass.const_expr(staged):
+                gathered.append(self.gather_stage(sT, stage_base, job // self.pairs * B, job % self.pairs,
+                                                  mX.element_type))
+            else:
+                gathered.append(self.gather_pair(sT, job // self.pairs * B, job % self.pairs, mX.element_type))
         if cutlass.const_expr(self.cfg.exact_tiles):
             cute.arch.sync_threads()  # every thread has read the tile: its memory becomes the staging buffer
         for j in cutlass.range_constexpr(self.col_jobs):
