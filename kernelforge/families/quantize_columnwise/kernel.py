@@ -210,13 +210,20 @@ class TiledQuantizeKernel:
         raws, fulls = self.load_tile(mX, bidx, tk, tidx)
         # NVFP4's global scales after the tile's loads are in flight, not before: their reads
         # and the branches of the exact reciprocal would otherwise delay every load of the CTA.
+        factors, tables = self.scale_factors(smem, mG, mGt, tidx)
+        self.process_tile(mX, mQ, mS, mQt, mSt, sT, sQ, sS, factors, tables, sign_mask, raws, fulls, bidx, tk, tidx)
+
+    @cute.jit
+    def scale_factors(self, smem, mG: cute.Tensor, mGt: cute.Tensor, tidx: Int32):
+        """(rowwise, columnwise) global factors, and for NVFP4 the two filled factor tables in
+        shared memory (`BlockQuantizer.fill_factor_table`; the caller syncs before their use)."""
         factors = (self.q.global_factors(mG), self.q.global_factors(mGt))
         tables = (None, None)
         if cutlass.const_expr(self.q.nvfp4):
             tables = tuple(smem.allocate_tensor(Float32, cute.make_layout(FACTOR_TABLE), 16) for _ in range(2))
             for t in cutlass.range_constexpr(2):
                 self.q.fill_factor_table(tables[t], factors[t][1], tidx, THREADS)
-        self.process_tile(mX, mQ, mS, mQt, mSt, sT, sQ, sS, factors, tables, sign_mask, raws, fulls, bidx, tk, tidx)
+        return factors, tables
 
     @cute.jit
     def pipelined_tiles(self, mX: cute.Tensor, mQ: cute.Tensor, mS: cute.Tensor, mQt: cute.Tensor, mSt: cute.Tensor,
@@ -234,13 +241,8 @@ class TiledQuantizeKernel:
         n = cutlass.min((k_ext + (self.tile_k - 1)) // self.tile_k - tk0, TILES_PER_CTA)
         self.issue_tile(mX, sIn, 0, tm, tk0, tidx)
         cute.arch.cp_async_commit_group()
-        # NVFP4's global scales and factor tables once per CTA, while the first tile is in flight.
-        factors = (self.q.global_factors(mG), self.q.global_factors(mGt))
-        tables = (None, None)
-        if cutlass.const_expr(self.q.nvfp4):
-            tables = tuple(smem.allocate_tensor(Float32, cute.make_layout(FACTOR_TABLE), 16) for _ in range(2))
-            for t in cutlass.range_constexpr(2):
-                self.q.fill_factor_table(tables[t], factors[t][1], tidx, THREADS)
+        # Global scales and factor tables once per CTA, while the first tile is in flight.
+        factors, tables = self.scale_factors(smem, mG, mGt, tidx)
         # Unrolled: a loop keeps every copy's addresses live across its body (spilled under the
         # launch bounds).
         for j in cutlass.range_constexpr(TILES_PER_CTA):
