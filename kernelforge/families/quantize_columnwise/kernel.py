@@ -132,10 +132,11 @@ class TiledQuantizeKernel:
 
     def pipelined(self, dtype) -> bool:
         """Whole tiles of a 16-bit MXFP4 input take the cp.async path (`pipelined_tiles`): on both
-        cards its dual calls ran 1-3 points of copy faster at 8192 and 16384 rows. The other formats
-        keep the register path: NVFP4 issues instructions in most cycles, and the stages' unpaired
-        rows (two 32-bit gathers per row pair) and the launch bounds' 48 registers made it 2-12
-        points slower on an H200; MXFP8 dual lost about a point on an H100 (docs/performance.md)."""
+        cards its dual calls ran 0.5-3 points of copy faster in every cell but one (4096x7168
+        linear, about a point slower). The other formats keep the register path: NVFP4 issues
+        instructions in most cycles, and the stages' unpaired rows (two 32-bit gathers per row
+        pair) and the launch bounds' 48 registers made it 2-12 points slower on an H200; MXFP8 dual
+        lost about a point on an H100 (docs/performance.md)."""
         return self.cfg.exact_tiles and dtype.width == 16 and self.cfg.fmt.name == "mxfp4"
 
     def stage_words(self) -> int:
