@@ -101,6 +101,10 @@ class TiledQuantizeKernel:
         smem = self.tile_bytes(mX.element_type) + 2 * CHUNK_BYTES + 2 * 4 * FACTOR_TABLE
         if cutlass.const_expr(self.pipelined(mX.element_type)):
             k_tiles = (k_tiles + (TILES_PER_CTA - 1)) // TILES_PER_CTA
+            # MX allocates no factor tables, but the launch keeps their 1 KB: it holds the path to
+            # 5 CTAs of an SM (6 x (37 KB + 1 KB reserved) fill all 228 KB). Asking for just the
+            # stages let 6 fit and made MXFP4 7-12 points of copy slower on an H100
+            # (docs/performance.md, branch try/cpasync-smem).
             smem = STAGES * self.stage_bytes() + 2 * CHUNK_BYTES + 2 * 4 * FACTOR_TABLE
         grid = [k_tiles, (m_ext + (TILE_M - 1)) // TILE_M, 1]
         limits = {}
@@ -111,10 +115,11 @@ class TiledQuantizeKernel:
         )
 
     def occupancy_limits(self) -> dict:
-        """The cp.async path's launch bounds: as many CTAs per SM as its shared memory allows, and
-        registers capped to match (ptxas otherwise keeps both stages' row blocks and columns live,
-        over 140 registers: a third of the CTAs). The carveout is explicit (all shared memory)
-        because CuTe-DSL would otherwise query the build machine's GPU.
+        """The cp.async path's launch bounds: as many CTAs per SM as its stages and scale chunks
+        allow (the launch's factor-table kilobyte aside: `__call__`), and registers capped to match
+        (ptxas otherwise keeps both stages' row blocks and columns live, over 140 registers: a third
+        of the CTAs). The carveout is explicit (all shared memory) because CuTe-DSL would otherwise
+        query the build machine's GPU.
         https://docs.nvidia.com/cuda/cuda-c-programming-guide/#launch-bounds"""
         smem = STAGES * self.stage_bytes() + 2 * CHUNK_BYTES + (2 * 4 * FACTOR_TABLE if self.q.nvfp4 else 0)
         ctas = SM_SHARED_BYTES // (smem + CTA_RESERVED_SHARED_BYTES)
