@@ -806,8 +806,7 @@ def launch_cost(args: argparse.Namespace) -> None:
     for t, k in ((256, 256), (args.t, args.k)):
         x = torch.randn(t, k, device="cuda", dtype=torch.bfloat16)
         for op, fmt, g in LAUNCH_CASES:
-            call, direct = out_call(op, fmt, g, x, gen)
-            call(x)
+            call, direct = out_call(op, fmt, g, x, gen)  # makes one call: the warm-up
             torch.cuda.synchronize()
             row = {"case": f"{op} {fmt}" + (f" G={g}" if g else "") + f" {t}x{k}",
                    "busy": host_us(direct, n=10, loops=20),
