@@ -101,11 +101,10 @@ class TiledQuantizeKernel:
         smem = self.tile_bytes(mX.element_type) + 2 * CHUNK_BYTES + 2 * 4 * FACTOR_TABLE
         if cutlass.const_expr(self.pipelined(mX.element_type)):
             k_tiles = (k_tiles + (TILES_PER_CTA - 1)) // TILES_PER_CTA
-            # MX allocates no factor tables, but the launch keeps their 1 KB: it holds the path to
-            # 5 CTAs of an SM (6 x (37 KB + 1 KB reserved) fill all 228 KB). Asking for just the
-            # stages let 6 fit and made MXFP4 7-12 points of copy slower on an H100
-            # (docs/performance.md, branch try/cpasync-smem).
-            smem = STAGES * self.stage_bytes() + 2 * CHUNK_BYTES + 2 * 4 * FACTOR_TABLE
+            # The launch asks for 1 KB more than the path allocates (the size of the factor tables
+            # MXFP4 has none of): it holds the path to 5 CTAs of an SM where its bounds allow 6,
+            # and 6 were slower (docs/performance.md, "Adopted for MXFP4").
+            smem = self.pipelined_shared_bytes() + 2 * 4 * FACTOR_TABLE
         grid = [k_tiles, (m_ext + (TILE_M - 1)) // TILE_M, 1]
         limits = {}
         if cutlass.const_expr(self.pipelined(mX.element_type)):
@@ -115,15 +114,18 @@ class TiledQuantizeKernel:
         )
 
     def occupancy_limits(self) -> dict:
-        """The cp.async path's launch bounds: as many CTAs per SM as its stages and scale chunks
-        allow (the launch's factor-table kilobyte aside: `__call__`), and registers capped to match
+        """The cp.async path's launch bounds: as many CTAs per SM as its allocations allow (the
+        launch's extra kilobyte aside: `__call__`), and registers capped to match
         (ptxas otherwise keeps both stages' row blocks and columns live, over 140 registers: a third
         of the CTAs). The carveout is explicit (all shared memory) because CuTe-DSL would otherwise
         query the build machine's GPU.
         https://docs.nvidia.com/cuda/cuda-c-programming-guide/#launch-bounds"""
-        smem = STAGES * self.stage_bytes() + 2 * CHUNK_BYTES + (2 * 4 * FACTOR_TABLE if self.q.nvfp4 else 0)
-        ctas = SM_SHARED_BYTES // (smem + CTA_RESERVED_SHARED_BYTES)
+        ctas = SM_SHARED_BYTES // (self.pipelined_shared_bytes() + CTA_RESERVED_SHARED_BYTES)
         return {"max_number_threads": [THREADS, 1, 1], "min_blocks_per_mp": ctas, "preferred_smem_carveout": 100}
+
+    def pipelined_shared_bytes(self) -> int:
+        """Shared memory the cp.async path allocates: its stages and the staged scale chunks."""
+        return STAGES * self.stage_bytes() + 2 * CHUNK_BYTES
 
     def pitch(self, dtype) -> int:
         """Elements per shared-memory tile row of an fp32 tile (padded)."""
@@ -136,12 +138,11 @@ class TiledQuantizeKernel:
         return TILE_M * self.pitch(dtype) * dtype.width // 8
 
     def pipelined(self, dtype) -> bool:
-        """Whole tiles of a 16-bit MXFP4 input take the cp.async path (`pipelined_tiles`): on both
-        cards its dual calls ran 0.5-3 points of copy faster in every cell but one (4096x7168
-        linear, about a point slower). The other formats keep the register path: NVFP4 issues
+        """Whole tiles of a 16-bit MXFP4 input take the cp.async path (`pipelined_tiles`), the only
+        format it made faster on both cards. The others keep the register path: NVFP4 issues
         instructions in most cycles, and the stages' unpaired rows (two 32-bit gathers per row
-        pair) and the launch bounds' 48 registers made it 2-12 points slower on an H200; MXFP8 dual
-        lost about a point on an H100 (docs/performance.md)."""
+        pair) and the launch bounds' 48 registers slowed it; MXFP8 dual lost on the H100
+        (docs/performance.md, "Adopted for MXFP4")."""
         return self.cfg.exact_tiles and dtype.width == 16 and self.cfg.fmt.name == "mxfp4"
 
     def stage_words(self) -> int:
