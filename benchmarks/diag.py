@@ -14,6 +14,7 @@ dual-unswizzle   linear scales of the columnwise op: direct kernel against the s
 wheel-signature  the cost of checking an installed kernel wheel's signature (device/node_check.sh)
 eager-split      an eager call's time split into host path, launch and kernel (plain and grouped)
 launch-cost      the loaded kernel function's own call, by op, size and queue state
+clocks           the SM clock, power and clock-event reasons while one kernel runs back to back
 
 Fresh-process subcommands set up like `bench_startup.py` (torch imported, CUDA tensors made) and
 print each child's figures, then the medians. Import kernelforge from compiled bytecode (`python
@@ -824,11 +825,42 @@ def launch_cost(args: argparse.Namespace) -> None:
 
 # --- command line -----------------------------------------------------------------------------------
 
+def clocks(args: argparse.Namespace) -> None:
+    """The SM clock, memory clock, power and clock-event reasons (`_clocks.sustained`: nvidia-smi
+    sampled every 50 ms) while one case runs back to back for --seconds, beside its GPU time per
+    call. Cases are `benchmarks/profile_kernels.py` cases, or `copy:M:K` (a device-to-device copy
+    of an [M, K] bf16 tensor). A kernel that spends more energy per byte than a copy runs at a lower
+    clock once the board's power cap is reached: what one Nsight Compute launch does not see.
+    Prints a line per case, the board's limits and a JSON summary."""
+    import torch
+
+    from _clocks import limits, sustained
+    from profile_kernels import case_fn
+
+    rows = []
+    for case in args.cases:
+        if case.startswith("copy:"):
+            _, m, k = case.split(":")
+            src = torch.randn(int(m), int(k), device="cuda", dtype=torch.bfloat16)
+            dst = torch.empty_like(src)
+            fn = lambda: dst.copy_(src)  # noqa: E731
+        else:
+            fn = case_fn(case)
+        row = {"case": case, **sustained(fn, args.seconds, torch.cuda.current_device())}
+        rows.append(row)
+        print(f"{case:32s} {row['us_per_call']:9.1f} us/call  SM {row.get('sm_mhz', 0):.0f} MHz (min "
+              f"{row.get('sm_mhz_min', 0):.0f})  mem {row.get('mem_mhz', 0):.0f} MHz  {row.get('power_w', 0):.0f} W  "
+              f"{row.get('temp_c_max', 0):.0f} C  power cap in {row.get('power_capped_pct', 0):.0f}% of samples",
+              flush=True)
+    lim = limits(torch.cuda.current_device())
+    print(f"enforced power limit W, max power limit W, max SM clock MHz: {lim}")
+    print(json.dumps({"device": torch.cuda.get_device_name(), "limits": lim, "rows": rows}))
+
 def parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog="diag.py", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = ap.add_subparsers(dest="command", required=True, metavar="SUBCOMMAND")
-    summary = dict(line.split(None, 1) for line in __doc__.splitlines()[4:16])
+    summary = dict(line.split(None, 1) for line in __doc__.splitlines()[4:17])
 
     def add(name: str, fn) -> argparse.ArgumentParser:
         p = sub.add_parser(name, help=summary[name], description=fn.__doc__)
@@ -868,6 +900,9 @@ def parser() -> argparse.ArgumentParser:
     p = add("launch-cost", launch_cost)
     p.add_argument("--t", type=int, default=16384)
     p.add_argument("--k", type=int, default=7168)
+    p = add("clocks", clocks)
+    p.add_argument("cases", nargs="+", help="profile_kernels.py cases or copy:M:K")
+    p.add_argument("--seconds", type=float, default=3.0, help="back-to-back time per case (default 3)")
     return ap
 
 

@@ -7,6 +7,9 @@ latency.
 
 The cells are launched by `profile_kernels.py` (one launch per case inside an NVTX range) under an
 `ncu` process each; `run.py` calls `evidence_rows` after its targets (`--no-evidence` skips it).
+Each cell also runs back to back for two seconds beside a same-size copy (`_clocks.sustained`):
+the SM clock and board power it holds, and how often the board's power cap held the clock down,
+which a single profiled launch does not show.
 """
 from __future__ import annotations
 
@@ -141,6 +144,7 @@ def evidence_rows(res: dict, pct: float, min_m: int) -> list[dict]:
         except (RuntimeError, subprocess.TimeoutExpired, OSError) as exc:
             out.append({"target": target, "case": case, "error": str(exc)[:300]})
             continue
+        clocks = sustained_clocks(case)
         main = max(kernels, key=lambda m: m.get("time") or 0.0)
         stalls = top_stalls(main, 3)
         instructions = sum(m.get("thread_instructions") or 0.0 for m in kernels)
@@ -152,8 +156,32 @@ def evidence_rows(res: dict, pct: float, min_m: int) -> list[dict]:
                     "instructions_per_element": instructions / elements if instructions else None,
                     "issue_pct": main.get("issue_pct"), "pipe_alu_pct": main.get("pipe_alu_pct"),
                     "pipe_fma_pct": main.get("pipe_fma_pct"),
-                    "top_stalls": stalls})
+                    "top_stalls": stalls, "clocks": clocks})
+    if any("top_stalls" in r for r in out):
+        ref = "copy:16384:8192"
+        out.append({"target": "copy (reference)", "case": ref, "clocks": sustained_clocks(ref)})
     return out
+
+
+def sustained_clocks(case: str, seconds: float = 2.0) -> dict:
+    """`_clocks.sustained` of a profile_kernels.py case (or `copy:M:K`, a bf16 device-to-device
+    copy) in this process; {"error": ...} where the GPU or nvidia-smi cannot be asked."""
+    import torch
+
+    if not torch.cuda.is_available():
+        return {"error": "no CUDA GPU"}
+    try:
+        from _clocks import sustained
+        from profile_kernels import case_fn
+
+        if case.startswith("copy:"):
+            _, m, k = case.split(":")
+            src = torch.randn(int(m), int(k), device="cuda", dtype=torch.bfloat16)
+            dst = torch.empty_like(src)
+            return sustained(lambda: dst.copy_(src), seconds, torch.cuda.current_device())
+        return sustained(case_fn(case), seconds, torch.cuda.current_device())
+    except (OSError, RuntimeError, ValueError, subprocess.SubprocessError) as exc:
+        return {"error": str(exc)[:200]}
 
 
 def markdown(rows: list[dict], device: str) -> list[str]:
@@ -163,22 +191,33 @@ def markdown(rows: list[dict], device: str) -> list[str]:
     lines = ["", f"### Why the missed kernel targets miss ({device}, Nsight Compute, worst cell of each)", "",
              "| target | case | kernels | us | DRAM % of peak | achieved / theoretical occupancy % | registers "
              "| thread instructions per element | issue slots busy % | ALU / FMA pipe % "
-             "| top stalls (warps per issued instruction) |",
-             "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---|"]
+             "| top stalls (warps per issued instruction) "
+             "| back to back: SM MHz (lowest) / board W / power-capped % of samples |",
+             "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---|---|"]
+
+    def f(v, fmt="{:.1f}"):
+        return "" if v is None else fmt.format(v)
+
+    def held(c: dict | None) -> str:
+        if not c or c.get("error") or "sm_mhz" not in c:
+            return (c or {}).get("error", "")
+        return (f"{c['sm_mhz']:.0f} ({c['sm_mhz_min']:.0f}) / {c['power_w']:.0f} / "
+                f"{c['power_capped_pct']:.0f}")
+
     for r in rows:
         if r.get("error"):
-            lines.append(f"| {r['target']} | `{r['case']}` | | | | | | | | | not profiled: {r['error']} |")
+            lines.append(f"| {r['target']} | `{r['case']}` | | | | | | | | | not profiled: {r['error']} | |")
             continue
-
-        def f(v, fmt="{:.1f}"):
-            return "" if v is None else fmt.format(v)
+        if "top_stalls" not in r:  # the copy's reference row: clocks only
+            lines.append(f"| {r['target']} | `{r['case']}` | | | | | | | | | | {held(r.get('clocks'))} |")
+            continue
 
         stalls = ", ".join(f"{name} {v:.2f}" for name, v in r["top_stalls"])
         lines.append(f"| {r['target']} | `{r['case']}` | {r.get('kernels', 1)} | {f(r['us'])} | {f(r['dram_pct'])} | "
                      f"{f(r['achieved_occupancy_pct'])} / {f(r['theoretical_occupancy_pct'])} | "
                      f"{f(r['registers'], '{:.0f}')} | "
                      f"{f(r['instructions_per_element'], '{:.2f}')} | {f(r.get('issue_pct'))} | "
-                     f"{f(r.get('pipe_alu_pct'))} / {f(r.get('pipe_fma_pct'))} | {stalls} |")
+                     f"{f(r.get('pipe_alu_pct'))} / {f(r.get('pipe_fma_pct'))} | {stalls} | {held(r.get('clocks'))} |")
     return lines
 
 

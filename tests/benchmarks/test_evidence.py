@@ -48,8 +48,12 @@ for i in range(2 if case.startswith("col:") else 1):  # the columnwise case laun
 """)
     fake.chmod(fake.stat().st_mode | stat.S_IEXEC)
     monkeypatch.setenv("PATH", f"{tmp_path}{os.pathsep}{os.environ['PATH']}")
-    rows = evidence.evidence_rows(RUN, 90.0, 4096)
+    all_rows = evidence.evidence_rows(RUN, 90.0, 4096)
+    rows, ref = all_rows[:-1], all_rows[-1]
     assert len(rows) == len(evidence.cases(RUN, 90.0, 4096)) >= 5
+    # the same-size copy's clocks close the table; without a GPU every clock probe says why
+    assert (ref["target"], ref["case"]) == ("copy (reference)", "copy:16384:8192")
+    assert all(r["clocks"] == {"error": "no CUDA GPU"} for r in all_rows)
     elements = {c: n for _, c, n in evidence.cases(RUN, 90.0, 4096)}
     per_kernel = metrics.index("smsp__thread_inst_executed.sum") + 1
     for r in rows:
@@ -63,11 +67,16 @@ for i in range(2 if case.startswith("col:") else 1):  # the columnwise case laun
                                                           "sm__inst_executed_pipe_alu.avg.pct_of_peak_sustained_active",
                                                           "sm__inst_executed_pipe_fma.avg.pct_of_peak_sustained_active"))
         assert (r["issue_pct"], r["pipe_alu_pct"], r["pipe_fma_pct"]) == (issue, alu, fma)
-    md = "\n".join(evidence.markdown(rows, "NVIDIA H100 80GB HBM3"))
-    assert "long_scoreboard 99.00" in md and md.count("\n| ") == len(rows) + 1
+    md = "\n".join(evidence.markdown(all_rows, "NVIDIA H100 80GB HBM3"))
+    assert "long_scoreboard 99.00" in md and md.count("\n| ") == len(all_rows) + 1
     assert f"| {issue:.1f} | {alu:.1f} / {fma:.1f} |" in md
     header, rule = md.splitlines()[3:5]
-    assert header.count("|") == rule.count("|") == md.splitlines()[5].count("|")
+    assert all(line.count("|") == rule.count("|") == header.count("|") for line in md.splitlines()[5:])
+    assert "power-capped % of samples" in header and md.splitlines()[-1].endswith("| no CUDA GPU |")
+    # a measured row: clock (lowest) / board watts / share of power-capped samples
+    held = dict(all_rows[0], clocks={"sm_mhz": 1830.0, "sm_mhz_min": 1575.0, "power_w": 698.4,
+                                     "power_capped_pct": 100.0})
+    assert evidence.markdown([held], "x")[-1].endswith("| 1830 (1575) / 698 / 100 |")
 
 
 def test_without_ncu_each_row_says_so(monkeypatch, tmp_path) -> None:
@@ -105,3 +114,22 @@ for m in {counters!r}:
     assert "grid 4096" in lines[0] and "warp inst 0.00 M" in lines[0] and "| issue 2.0% ALU 2.0% FMA 2.0% |" in lines[0]
     assert lines[0].endswith("long_scoreboard 7.50, lg_throttle 2.00, math_pipe_throttle 2.00, wait 2.00")
     assert "long_scoreboard 3.50" in lines[1]
+
+
+def test_clock_samples_are_summarized_after_the_settling_quarter() -> None:
+    import _clocks
+
+    # nvidia-smi --query-gpu=FIELDS --format=csv,noheader,nounits: SM MHz, mem MHz, W, C, reasons
+    lines = ["1980, 3201, 610.5, 48, 0x0000000000000000"] * 4 + [
+        "1830, 3201, 698.7, 55, 0x0000000000000004",
+        "1575, 3201, 699.1, 56, 0x0000000000000004",
+        "1905, 3201, 697.0, 56, 0x0000000000000000",
+        "[N/A], 3201, 699.0, 56, 0x4",  # a sample nvidia-smi could not read is dropped
+    ]
+    got = _clocks.summary("\n".join(lines) + "\n")
+    # 7 readable samples, the first quarter (1) dropped: 3 at 1980 MHz and the 3 under load
+    assert got["samples"] == 6
+    assert (got["sm_mhz"], got["sm_mhz_min"], got["mem_mhz"]) == (1942.5, 1575.0, 3201.0)
+    assert got["power_capped_pct"] == 100.0 * 2 / 6 and got["temp_c_max"] == 56.0
+    assert got["reasons"] == ["0x0", "0x4"]
+    assert _clocks.summary("") == {"samples": 0}
