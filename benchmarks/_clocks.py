@@ -16,6 +16,21 @@ FIELDS = "clocks.sm,clocks.mem,power.draw,temperature.gpu,clocks_event_reasons.a
 POWER_CAP = 0x4
 
 
+def call_of(case: str) -> Callable[[], object]:
+    """The call a case names: `copy:M:K` (a device-to-device copy of an [M, K] bf16 tensor, the
+    bandwidth reference) or a `benchmarks/profile_kernels.py` case."""
+    import torch
+
+    if case.startswith("copy:"):
+        _, m, k = case.split(":")
+        src = torch.randn(int(m), int(k), device="cuda", dtype=torch.bfloat16)
+        dst = torch.empty_like(src)
+        return lambda: dst.copy_(src)
+    from profile_kernels import case_fn
+
+    return case_fn(case)
+
+
 def limits(device: int = 0) -> str:
     """'enforced power limit W, max power limit W, max SM clock MHz' of the board, as nvidia-smi prints it."""
     return subprocess.run(["nvidia-smi", "--query-gpu=enforced.power.limit,power.max_limit,clocks.max.sm",

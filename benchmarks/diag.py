@@ -823,8 +823,6 @@ def launch_cost(args: argparse.Namespace) -> None:
     print(json.dumps({"device": torch.cuda.get_device_name(), "rows": rows, "torch_add_us": add}))
 
 
-# --- command line -----------------------------------------------------------------------------------
-
 def clocks(args: argparse.Namespace) -> None:
     """The SM clock, memory clock, power and clock-event reasons (`_clocks.sustained`: nvidia-smi
     sampled every 50 ms) while one case runs back to back for --seconds, beside its GPU time per
@@ -834,19 +832,11 @@ def clocks(args: argparse.Namespace) -> None:
     Prints a line per case, the board's limits and a JSON summary."""
     import torch
 
-    from _clocks import limits, sustained
-    from profile_kernels import case_fn
+    from _clocks import call_of, limits, sustained
 
     rows = []
     for case in args.cases:
-        if case.startswith("copy:"):
-            _, m, k = case.split(":")
-            src = torch.randn(int(m), int(k), device="cuda", dtype=torch.bfloat16)
-            dst = torch.empty_like(src)
-            fn = lambda: dst.copy_(src)  # noqa: E731
-        else:
-            fn = case_fn(case)
-        row = {"case": case, **sustained(fn, args.seconds, torch.cuda.current_device())}
+        row = {"case": case, **sustained(call_of(case), args.seconds, torch.cuda.current_device())}
         rows.append(row)
         print(f"{case:32s} {row['us_per_call']:9.1f} us/call  SM {row.get('sm_mhz', 0):.0f} MHz (min "
               f"{row.get('sm_mhz_min', 0):.0f})  mem {row.get('mem_mhz', 0):.0f} MHz  {row.get('power_w', 0):.0f} W  "
@@ -855,6 +845,9 @@ def clocks(args: argparse.Namespace) -> None:
     lim = limits(torch.cuda.current_device())
     print(f"enforced power limit W, max power limit W, max SM clock MHz: {lim}")
     print(json.dumps({"device": torch.cuda.get_device_name(), "limits": lim, "rows": rows}))
+
+
+# --- command line -----------------------------------------------------------------------------------
 
 def parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog="diag.py", description=__doc__,

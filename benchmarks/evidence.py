@@ -171,15 +171,9 @@ def sustained_clocks(case: str, seconds: float = 2.0) -> dict:
     if not torch.cuda.is_available():
         return {"error": "no CUDA GPU"}
     try:
-        from _clocks import sustained
-        from profile_kernels import case_fn
+        from _clocks import call_of, sustained
 
-        if case.startswith("copy:"):
-            _, m, k = case.split(":")
-            src = torch.randn(int(m), int(k), device="cuda", dtype=torch.bfloat16)
-            dst = torch.empty_like(src)
-            return sustained(lambda: dst.copy_(src), seconds, torch.cuda.current_device())
-        return sustained(case_fn(case), seconds, torch.cuda.current_device())
+        return sustained(call_of(case), seconds, torch.cuda.current_device())
     except (OSError, RuntimeError, ValueError, subprocess.SubprocessError) as exc:
         return {"error": str(exc)[:200]}
 
