@@ -3,7 +3,10 @@
 Both Hopper boards cap their power (700 W on the SXM parts): a kernel that spends more energy per
 byte than a copy (instructions, register traffic) runs at a lower SM clock once the cap is reached,
 which one cold Nsight Compute launch does not show. Clock-event reason bit 0x4 is the software power
-cap (https://docs.nvidia.com/deploy/nvml-api/group__nvmlClocksEventReasons.html).
+cap (https://docs.nvidia.com/deploy/nvml-api/group__nvmlClocksEventReasons.html). The clock and the
+reasons are read as they are at each sample; `power.draw` is the driver's average over about the last
+second (https://arxiv.org/abs/2312.02741 measures how it is sampled), so a case shorter than a few
+seconds reads part of what ran before it.
 """
 from __future__ import annotations
 
