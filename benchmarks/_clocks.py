@@ -89,11 +89,9 @@ def summary(out: str) -> dict:
     rows = rows[len(rows) // 4:]
     if not rows:
         return {"samples": 0}
+    sm, mem, watts, temp = ([float(r[i]) for r in rows] for i in range(4))
     reasons = [int(r[4], 16) for r in rows]
-    return {"samples": len(rows),
-            "sm_mhz": statistics.median(float(r[0]) for r in rows), "sm_mhz_min": min(float(r[0]) for r in rows),
-            "mem_mhz": statistics.median(float(r[1]) for r in rows),
-            "power_w": statistics.median(float(r[2]) for r in rows),
-            "temp_c_max": max(float(r[3]) for r in rows),
+    return {"samples": len(rows), "sm_mhz": statistics.median(sm), "sm_mhz_min": min(sm),
+            "mem_mhz": statistics.median(mem), "power_w": statistics.median(watts), "temp_c_max": max(temp),
             "power_capped_pct": 100.0 * sum(bool(m & POWER_CAP) for m in reasons) / len(reasons),
             "reasons": sorted({f"{m:#x}" for m in reasons})}
