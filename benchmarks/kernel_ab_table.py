@@ -1,8 +1,10 @@
 """Side-by-side table of kernel versions from `device/device_kernel_ab.sh`'s kernel_ab.tar.gz (or a folder
-of its `<tree>.r<round>.json` files): per benchmark row, the median GPU time over the rounds and
-its % of copy bandwidth, one column per tree.
+of its `<tree>.r<round>.json` files, as `device/wheel_ab.sh` writes them): per benchmark row, the
+median GPU time over the rounds and its % of copy bandwidth, one column per tree; then, per kind of
+row (its op and format, or op and outputs), each tree's change in points of % of copy against the
+base tree (`--base`, default the first column): min / max / mean over the rows both measured.
 
-    python benchmarks/kernel_ab_table.py kernel_ab.tar.gz [--md out.md]
+    python benchmarks/kernel_ab_table.py kernel_ab.tar.gz [--base TREE] [--md out.md]
 """
 from __future__ import annotations
 
@@ -38,8 +40,9 @@ def load(src: Path) -> dict[str, list[dict]]:
     return runs
 
 
-def table(runs: dict[str, list[dict]]) -> str:
-    trees = list(runs)
+def medians(runs: dict[str, list[dict]]) -> tuple[list[str], dict[str, dict[str, tuple[float, float]]]]:
+    """Row labels in first-seen order, and per label and tree the medians over rounds of
+    (GPU time us, % of copy)."""
     cells: dict[str, dict[str, list[tuple[float, float]]]] = defaultdict(lambda: defaultdict(list))
     order: list[str] = []
     for tree, results in runs.items():
@@ -51,14 +54,17 @@ def table(runs: dict[str, list[dict]]) -> str:
                         if label not in order:
                             order.append(label)
                         cells[label][tree].append((row[t_key], row[p_key]))
+    return order, {label: {t: (statistics.median(v[0] for v in vals), statistics.median(v[1] for v in vals))
+                           for t, vals in cells[label].items()} for label in order}
+
+
+def table(runs: dict[str, list[dict]]) -> str:
+    trees = list(runs)
+    order, cells = medians(runs)
     lines = ["| row | " + " | ".join(f"{t} us (% copy)" for t in trees) + " |",
              "|---|" + "---:|" * len(trees)]
     for label in order:
-        out = []
-        for t in trees:
-            vals = cells[label].get(t)
-            out.append("-" if not vals else f"{statistics.median(v[0] for v in vals):.1f} "
-                       f"({statistics.median(v[1] for v in vals):.1f})")
+        out = ["-" if t not in cells[label] else f"{cells[label][t][0]:.1f} ({cells[label][t][1]:.1f})" for t in trees]
         lines.append(f"| {label} | " + " | ".join(out) + " |")
     devices = {res.get("device") for results in runs.values() for res in results}
     copies = [res.get("copy_GBps") for results in runs.values() for res in results]
@@ -66,15 +72,46 @@ def table(runs: dict[str, list[dict]]) -> str:
     return head + "\n\n" + "\n".join(lines)
 
 
+def summary(runs: dict[str, list[dict]], base: str | None = None) -> str:
+    """Per kind of row (the label's first two words: op and format, or op and outputs), each other
+    tree's change against `base` (default: the first tree) in points of % of copy over the rows both
+    measured: min / max / mean and the number of rows."""
+    trees = list(runs)
+    base = base or trees[0]
+    if base not in runs:
+        raise ValueError(f"--base: no tree named {base!r} (trees: {', '.join(trees)})")
+    others = [t for t in trees if t != base]
+    order, cells = medians(runs)
+    kinds: dict[str, list[str]] = defaultdict(list)
+    for label in order:
+        kinds[" ".join(label.split()[:2])].append(label)
+    lines = [f"change in points of % of copy against {base}: min / max / mean (rows)", "",
+             "| rows | " + " | ".join(others) + " |", "|---|" + "---|" * len(others)]
+    for kind, labels in kinds.items():
+        out = []
+        for t in others:
+            d = [cells[x][t][1] - cells[x][base][1] for x in labels if t in cells[x] and base in cells[x]]
+            out.append("-" if not d else f"{min(d):+.1f} / {max(d):+.1f} / {statistics.mean(d):+.1f} ({len(d)})")
+        lines.append(f"| {kind} | " + " | ".join(out) + " |")
+    return "\n".join(lines)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("src", type=Path, help="kernel_ab.tar.gz or a folder of <tree>.r<round>.json")
+    ap.add_argument("--base", help="the tree the changes are taken against (default: the first column)")
     ap.add_argument("--md", type=Path, help="also write the table to this file")
     args = ap.parse_args()
-    text = table(load(args.src))
-    print(text)
+    runs = load(args.src)
+    if not runs:
+        ap.error(f"src: no <tree>.r<round>.json results in {args.src}")
+    try:
+        text = table(runs) + "\n\n" + (summary(runs, args.base) if len(runs) > 1 else "")
+    except ValueError as e:
+        ap.error(str(e))
+    print(text.rstrip())
     if args.md:
-        args.md.write_text(text + "\n")
+        args.md.write_text(text.rstrip() + "\n")
 
 
 if __name__ == "__main__":

@@ -6,7 +6,7 @@
 # `validate` runs on every release after the first (KF_VALIDATE=0 skips it), then KF_ROUNDS
 # (default 3) interleaved rounds of `benchmarks/run.py --only $KF_SECTIONS $KF_RUN_ARGS --no-evidence`
 # per release (KF_RUN_ARGS: more run.py flags, e.g. "--fused-h 32768"), and the comparison table
-# (benchmarks/kernel_ab_table.py; a column per folder name).
+# (benchmarks/kernel_ab_table.py; a column per folder name, then each release's change against the first).
 # The card's name leads the log; $OUT/ab holds every run.json.
 #   here: kernelforge build; kernelforge package --dist kernelforge --sign-key KEY --out .carry/<name>;
 #         pip wheel . (the tree's kernelforge wheel) and the plugin wheels of .carry/dist into it
@@ -35,5 +35,5 @@ for round in $(seq "${KF_ROUNDS:-3}"); do
       || { echo "run.py failed: release $name, round $round"; tail -5 "$OUT/ab/$name.r$round.log"; rc=1; }
   done
 done
-python3 "$REPO/benchmarks/kernel_ab_table.py" "$OUT/ab" 2>&1 | tee "$OUT/ab_table.md"
+python3 "$REPO/benchmarks/kernel_ab_table.py" "$OUT/ab" --base "$(basename "${releases[0]}")" 2>&1 | tee "$OUT/ab_table.md"
 exit "$rc"
