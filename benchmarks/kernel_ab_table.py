@@ -102,13 +102,14 @@ def main() -> None:
     ap.add_argument("--base", help="the tree the changes are taken against (default: the first column)")
     ap.add_argument("--md", type=Path, help="also write the table to this file")
     args = ap.parse_args()
+    if not args.src.exists():
+        ap.error(f"src: {args.src} does not exist (expected kernel_ab.tar.gz or a folder of results)")
     runs = load(args.src)
     if not runs:
         ap.error(f"src: no <tree>.r<round>.json results in {args.src}")
-    try:
-        text = table(runs) + "\n\n" + (summary(runs, args.base) if len(runs) > 1 else "")
-    except ValueError as e:
-        ap.error(str(e))
+    if args.base is not None and args.base not in runs:
+        ap.error(f"--base: no tree named {args.base!r} (trees: {', '.join(runs)})")
+    text = table(runs) + "\n\n" + (summary(runs, args.base) if len(runs) > 1 else "")
     print(text.rstrip())
     if args.md:
         args.md.write_text(text.rstrip() + "\n")

@@ -75,6 +75,8 @@ def test_cli_prints_table_and_summary_and_rejects_an_empty_source(tmp_path: Path
     script = REPO / "benchmarks" / "kernel_ab_table.py"
     empty = subprocess.run([sys.executable, str(script), str(tmp_path)], capture_output=True, text=True)
     assert empty.returncode == 2 and "src: no <tree>.r<round>.json results" in empty.stderr
+    gone = subprocess.run([sys.executable, str(script), str(tmp_path / "nope.tar.gz")], capture_output=True, text=True)
+    assert gone.returncode == 2 and "does not exist" in gone.stderr and "Traceback" not in gone.stderr
     for tree, p in (("rel-p", 80.0), ("try", 83.5)):
         (tmp_path / f"{tree}.r1.json").write_text(json.dumps({"device": "NVIDIA H200", "copy_GBps": 4260.0,
                                                               "dual": [_dual("mxfp8", "linear", 4096, p, p)]}))
