@@ -72,15 +72,21 @@ def table(runs: dict[str, list[dict]]) -> str:
     return head + "\n\n" + "\n".join(lines)
 
 
+def base_tree(runs: dict[str, list[dict]], base: str | None) -> str:
+    """The tree changes are taken against: `base`, or the first tree; ValueError for an unknown name."""
+    if base is None:
+        return next(iter(runs))
+    if base not in runs:
+        raise ValueError(f"--base: no tree named {base!r} (trees: {', '.join(runs)})")
+    return base
+
+
 def summary(runs: dict[str, list[dict]], base: str | None = None) -> str:
     """Per kind of row (the label's first two words: op and format, or op and outputs), each other
-    tree's change against `base` (default: the first tree) in points of % of copy over the rows both
-    measured: min / max / mean and the number of rows."""
-    trees = list(runs)
-    base = base or trees[0]
-    if base not in runs:
-        raise ValueError(f"--base: no tree named {base!r} (trees: {', '.join(trees)})")
-    others = [t for t in trees if t != base]
+    tree's change against `base` (`base_tree`) in points of % of copy over the rows both measured:
+    min / max / mean and the number of rows."""
+    base = base_tree(runs, base)
+    others = [t for t in runs if t != base]
     order, cells = medians(runs)
     kinds: dict[str, list[str]] = defaultdict(list)
     for label in order:
@@ -107,9 +113,11 @@ def main() -> None:
     runs = load(args.src)
     if not runs:
         ap.error(f"src: no <tree>.r<round>.json results in {args.src}")
-    if args.base is not None and args.base not in runs:
-        ap.error(f"--base: no tree named {args.base!r} (trees: {', '.join(runs)})")
-    text = table(runs) + "\n\n" + (summary(runs, args.base) if len(runs) > 1 else "")
+    try:
+        base = base_tree(runs, args.base)
+    except ValueError as exc:
+        ap.error(str(exc))
+    text = table(runs) + "\n\n" + (summary(runs, base) if len(runs) > 1 else "")
     print(text.rstrip())
     if args.md:
         args.md.write_text(text.rstrip() + "\n")
