@@ -60,10 +60,12 @@ def tune(
         raise typer.Exit(2)
     from ..build.tables import publish_table
     from ..tuner.measure import tune as run
+    from ..tuner.staging import add_staging
 
-    data = run(root, device_name, only, log=typer.echo)
-    if not data["choices"]:
-        typer.echo("error: nothing to tune: no K-class has two or more cached builds for this GPU", err=True)
+    data = add_staging(run(root, device_name, only, log=typer.echo), root, only, log=typer.echo)
+    if not data["choices"] and "staging" not in data:
+        typer.echo("error: nothing to tune: no K-class has two or more cached builds for this GPU, and no "
+                   "columnwise linear-scale path matching --only has both its builds", err=True)
         raise typer.Exit(1)
     if base is not None:
         from ..tuner.merge import merge_tables
@@ -76,8 +78,11 @@ def tune(
         left_out = f"; left out {len(dropped)} measured on other sources: {', '.join(dropped)}" if dropped else ""
         typer.echo(f"updated {update}: {len(data['choices'])} dispatch groups{left_out}")
     key = publish_table(store, data)
+    staged = (f", the staging rule of {len(data['staging']['min_elements'])} linear-scale paths" if "staging" in data
+              else "")
     typer.echo(f"tuning table for {data['device']} / {data['arch']}: {sum(map(len, data['choices'].values()))} "
-               f"K-classes of {len(data['choices'])} dispatch groups; cache entry {key[:12]} in {root} ({source})")
+               f"K-classes of {len(data['choices'])} dispatch groups{staged}; cache entry {key[:12]} in "
+               f"{root} ({source})")
     if export:
         export.parent.mkdir(parents=True, exist_ok=True)
         export.write_text(json.dumps(data, indent=1, sort_keys=True) + "\n", encoding="utf-8")

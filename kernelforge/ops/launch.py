@@ -56,6 +56,21 @@ def device_name(index: int) -> str:
     return name
 
 
+_staging: dict[tuple, "dict[str, int | None] | None"] = {}
+
+
+def staging_rule(dev: int) -> "dict[str, int | None] | None":
+    """The columnwise op's staged linear-scale rule measured on this device (its tuning table's
+    `staging`, `DispatchTable.staging_rule`), or None: the shipped rule applies. Looked up once per
+    device and dispatch table (the arch-specific name of the device's capability, as `tune` records)."""
+    table = dispatch_table()
+    memo = (dev, table)
+    if memo not in _staging:
+        cap = device_capability(dev)
+        _staging[memo] = table.staging_rule(device_name(dev), f"sm_{cap[0]}{cap[1]}a")
+    return _staging[memo]
+
+
 def kernel_for(op: str, coords: tuple[tuple[str, str], ...], dev: int, k: int, block: int,
                ptr: int, stride_bytes: int, m: int) -> Callable:
     """The loaded function for `op` at `coords` (sorted (axis, value) pairs) and this input.

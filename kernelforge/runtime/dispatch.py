@@ -29,11 +29,12 @@ from ..registry import find_family
 from ..spec.kclass import KClass
 from .arch import arch_runs_on
 from .layer_reader import Candidate, LayerReader, first_class
-from .tuning import TuningTable, m_bucket
+from .tuning import STAGING_OPS, TuningTable, m_bucket
 
 if TYPE_CHECKING:
     from ..cache.read.layers import Layer
 
+STAGING_OP = STAGING_OPS[0]  # the op whose tables are searched for a staging rule (the columnwise op)
 _log = logging.getLogger("kernelforge.runtime.dispatch")
 configure_from_env()  # KERNELFORGE_LOG=info|debug; nothing at all when unset
 
@@ -157,7 +158,9 @@ class DispatchTable:
         values = [{a: ((c.entry.get("variant") or {}).get("axes") or {}).get(a) for a in axes} for c in pool]
         bucket = m_bucket(m)
         unbuilt = []
-        for table in self.tuning_tables(device, pool[0].arch, op) if device else ():
+        # An op without tuning axes has nothing a table could choose: no table is read for it (a
+        # table that records its sources for a staging rule would cost its first call the read).
+        for table in self.tuning_tables(device, pool[0].arch, op) if device and axes else ():
             want = table.choice(op, coords_id(op, coords), pool[0].kclass.name, bucket)
             for c, v in zip(pool, values):
                 if want is not None and v == want:
@@ -166,7 +169,7 @@ class DispatchTable:
                 unbuilt.append(want)
         rank = family.rank if family is not None else (lambda max_k, v: ())
         ranked = sorted(zip(pool, values), key=lambda cv: rank(cv[0].kclass.max_k, cv[1]))
-        why = ("no device name given" if not device else
+        why = ("no device name given" if not device else "the op has no tuning axes" if not axes else
                f"the tuning table's choice {unbuilt[0]} is not built" if unbuilt else
                f"no tuning table covers {device!r}, {pool[0].kclass.name}, M bucket {bucket}")
         return ranked[0][0], f"heuristic ({why}): {ranked[0][1]}"
@@ -203,6 +206,16 @@ class DispatchTable:
         first; each read when the iteration reaches it (`LayerReader.tuning_tables`)."""
         for reader in self.readers:
             yield from reader.tuning_tables(device, arch_name, op)
+
+    def staging_rule(self, device: str, arch_name: str) -> dict[str, int | None] | None:
+        """The columnwise op's staged linear-scale rule of the newest tuning table of (device name,
+        arch) that measured one on this package's kernel sources (`TuningTable.staging_rule`), or
+        None: the shipped rule applies (`kernelforge.families.scale_layout.staging`)."""
+        for table in self.tuning_tables(device, arch_name, STAGING_OP):
+            rule = table.staging_rule()
+            if rule is not None:
+                return rule
+        return None
 
     def load(self, cand: Candidate) -> Callable:
         """The loaded function of one candidate, through its own layer's trust checks."""

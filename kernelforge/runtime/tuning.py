@@ -16,7 +16,12 @@ from bisect import bisect_left
 from pathlib import Path
 from typing import Any, Mapping
 
-from ..cache.read.table_schema import M_BUCKETS, SCHEMA, validate_table  # noqa: F401  (SCHEMA, M_BUCKETS: re-exported)
+from ..cache.read.table_schema import (  # noqa: F401  (SCHEMA, M_BUCKETS: re-exported)
+    M_BUCKETS,
+    SCHEMA,
+    STAGING_OPS,
+    validate_table,
+)
 from ..registry import builtin_families, find_family
 from ..sources import source_hash
 
@@ -54,6 +59,8 @@ class TuningTable:
         self.arch: str = data["arch"]
         self.sources: dict[str, str] = dict(data["sources"])
         self.choices: dict[str, dict[str, list[dict[str, Any] | None]]] = data["choices"]
+        self.staging: dict[str, int | None] | None = (data["staging"]["min_elements"] if "staging" in data
+                                                      else None)
 
     def choice(self, op: str, group: str, kclass: str, bucket: int) -> dict[str, Any] | None:
         """The tuned values for this call, or None (not tuned, or built from other sources)."""
@@ -63,6 +70,14 @@ class TuningTable:
         if not per_bucket or bucket >= len(per_bucket):
             return None
         return per_bucket[bucket]
+
+    def staging_rule(self) -> dict[str, int | None] | None:
+        """The columnwise op's staged linear-scale rule measured on this card ("<format>.<outputs>"
+        -> smallest input in elements, or None: never staged), or None: the table has none, or
+        measured it on other kernel sources of either op it rests on."""
+        if self.staging is None or any(self.sources.get(op) != source_hash(op) for op in STAGING_OPS):
+            return None
+        return self.staging
 
     @classmethod
     def read(cls, path: str | Path) -> TuningTable:

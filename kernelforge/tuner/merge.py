@@ -8,10 +8,13 @@ from __future__ import annotations
 import copy
 from typing import Any
 
+from ..cache.read.table_schema import STAGING_OPS
+
 
 def merge_tables(base: dict[str, Any], part: dict[str, Any]) -> tuple[dict[str, Any], list[str]]:
-    """`base` with every dispatch group `part` measured replaced by part's; return the merged
-    table and the groups of `base` it left out.
+    """`base` with every dispatch group `part` measured replaced by part's, and part's staging rule
+    (`kernelforge.tuner.staging`) if it measured one; return the merged table and the groups of
+    `base` it left out.
 
     Both are valid tables (`validate_table`) of one device and arch, else ValueError naming the
     field. A group of `base` that `part` did not measure is left out when `part` measured its op
@@ -31,7 +34,11 @@ def merge_tables(base: dict[str, Any], part: dict[str, Any]) -> tuple[dict[str, 
     merged["choices"].update(copy.deepcopy(part["choices"]))
     merged.setdefault("timings_us", {}).update(copy.deepcopy(part.get("timings_us", {})))
     merged["sources"].update(part["sources"])
+    if "staging" in part:  # a rule is measured whole: part's replaces base's
+        merged["staging"] = copy.deepcopy(part["staging"])
     kept_ops = {g.split("|", 1)[0] for g in merged["choices"]}
+    if "staging" in merged:
+        kept_ops.update(STAGING_OPS)
     merged["sources"] = {op: h for op, h in merged["sources"].items() if op in kept_ops}
     merged["created"] = part["created"]
     if merged.get("toolchain_id") != part.get("toolchain_id"):

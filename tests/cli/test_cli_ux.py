@@ -210,6 +210,18 @@ def test_explain_names_the_staged_linear_scales(tmp_path):
         "quantize_columnwise.mxfp8.floor.swizzled."), data
     r = kf(*call, "shape=1024x1024")
     assert r.exit_code == 1 and "layout=linear" in r.stdout and "note:" not in r.stdout, r.stdout
+    # A card whose tuning table measured the rule: explained by that rule when the device is named.
+    from kernelforge.build.tables import publish_table
+    from kernelforge.runtime.tuning import M_BUCKETS, SCHEMA
+
+    publish_table(store, {"schema": SCHEMA, "device": "NVIDIA H200", "arch": "sm_90a", "m_buckets": list(M_BUCKETS),
+                          "created": "2026-11-28T00:00:00+00:00", "choices": {},
+                          "sources": {op: source_hash(op) for op in ("quantize_columnwise", "scale_layout")},
+                          "staging": {"min_elements": {"mxfp8.dual": None}}})
+    r = kf(*call, "shape=16384x8192", "device=NVIDIA H200")
+    assert r.exit_code == 1 and "layout=linear" in r.stdout and "note:" not in r.stdout, r.stdout
+    r = kf(*call, "shape=16384x8192", "device=NVIDIA H100 80GB HBM3")  # no table of that card: the shipped rule
+    assert r.exit_code == 0 and "note: linear scales are staged at this shape (the shipped rule" in r.stdout, r.stdout
 
 
 def test_key_diff_names_the_changed_ingredient(crafted):

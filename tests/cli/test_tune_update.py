@@ -115,3 +115,30 @@ def test_a_table_of_another_card_is_refused_before_anything_is_measured(tmp_path
     assert res.exit_code == 2 and len(lines) == 1, res.output
     assert lines[0] == (f"error: --update: {COMMITTED}: device: the table to update is for "
                         f"'NVIDIA H100 80GB HBM3', this run measures 'NVIDIA H200'")
+
+
+STAGING_SOURCES = {"quantize_columnwise": "c" * 64, "scale_layout": "d" * 64}
+
+
+def _staging_part(rule: dict, sources: dict = STAGING_SOURCES) -> dict:
+    """What `kernelforge tune --only 'quantize_columnwise|*' --update` measures: a staging rule, no choices."""
+    return {**BASE, "created": "2027-01-02T00:00:00+00:00", "sources": dict(sources), "choices": {}, "timings_us": {},
+            "staging": {"min_elements": rule, "timings_us": {}}}
+
+
+def test_a_staging_rule_is_merged_and_kept_by_later_partial_runs() -> None:
+    merged, dropped = merge_tables(BASE, _staging_part({"nvfp4.dual": None, "mxfp8.dual": 1 << 24}))
+    validate_table(merged)
+    assert dropped == [] and merged["choices"] == BASE["choices"]
+    assert merged["staging"]["min_elements"] == {"nvfp4.dual": None, "mxfp8.dual": 1 << 24}
+    assert merged["sources"] == {**BASE["sources"], **STAGING_SOURCES}
+    # a later run of the quantize groups keeps the rule and the sources it rests on
+    again, _ = merge_tables(merged, _part(QUANTIZE[:2], BASE["sources"]["quantize"]))
+    validate_table(again)
+    assert again["staging"] == merged["staging"] and again["sources"] == merged["sources"]
+    # a rule measured again replaces the earlier one whole
+    newer, _ = merge_tables(merged, _staging_part({"mxfp4.columnwise": 1 << 23}, {**STAGING_SOURCES,
+                                                                                 "scale_layout": "e" * 64}))
+    validate_table(newer)
+    assert newer["staging"]["min_elements"] == {"mxfp4.columnwise": 1 << 23}
+    assert newer["sources"]["scale_layout"] == "e" * 64

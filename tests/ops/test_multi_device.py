@@ -7,7 +7,7 @@ while the current device's stream is being captured into a CUDA graph (see `_com
 No GPU here: tensors get a fake device through a subclass whose `device` and `get_device()`
 report "cuda:N" while the data stays on the CPU, `kernelforge.ops.checks.current_device` and the capture
 queries are monkeypatched, and `_common.kernel_for` is replaced by a recorder (a call that gets
-that far passed every check). The real-device counterparts are in
+that far passed every check; `launch.staging_rule` answers that no card's rule was measured). The real-device counterparts are in
 kernelforge/validation/test_multi_gpu.py (run on a machine with 2 GPUs).
 """
 from __future__ import annotations
@@ -58,6 +58,7 @@ def no_launch(monkeypatch):
     def kernel_for(*args, **kwargs):
         raise Launched()
     monkeypatch.setattr(launch, "kernel_for", kernel_for)
+    monkeypatch.setattr(launch, "staging_rule", lambda dev: None)  # no card here: the shipped staging rule
     monkeypatch.setattr(checks, "current_device", lambda: 1)
     monkeypatch.setattr(torch.cuda, "is_current_stream_capturing", lambda: False)
     monkeypatch.setattr(checks, "stream_capturing", lambda index: False)
@@ -206,6 +207,7 @@ def forbid_checked_path(monkeypatch):
 def recorder(monkeypatch):
     rec = Recorder()
     monkeypatch.setattr(launch, "kernel_for", lambda *a, **k: rec)
+    monkeypatch.setattr(launch, "staging_rule", lambda dev: None)  # no card here: the shipped staging rule
     monkeypatch.setattr(checks, "current_device", lambda: 0)
     monkeypatch.setattr(torch.cuda, "is_current_stream_capturing", lambda: False)
     fast_path.fast_calls.clear()

@@ -1,14 +1,25 @@
 """When the columnwise op writes linear scales through swizzled scales and the layout pass
 (`kernelforge.families.scale_layout.op.staged`, `kernelforge.families.scale_layout.staging`): thresholds per format and output set, the pass's
-K-class (whole 32-byte sectors, 16-byte aligned, contiguous), no transform. No GPU needed."""
+K-class (whole 32-byte sectors, 16-byte aligned, contiguous), no transform; a card's measured rule
+(its tuning table's `staging`) over the shipped one. No GPU needed: the device's measured rule is
+what `launch.staging_rule` returns (None: the card has none), set per test."""
 from __future__ import annotations
 
 import pytest
 import torch
 
 from kernelforge.families.scale_layout.op import staged
-from kernelforge.families.scale_layout.staging import STAGED_MIN_ELEMENTS
+from kernelforge.families.scale_layout.staging import PAIRS, STAGED_MIN_ELEMENTS, pair_name, rule_of_table
 from kernelforge.formats import FORMATS
+from kernelforge.ops import launch
+
+
+@pytest.fixture(autouse=True)
+def measured(monkeypatch) -> dict:
+    """The device's measured rule: none unless a test puts pairs in it."""
+    rule: dict = {}
+    monkeypatch.setattr(launch, "staging_rule", lambda dev: rule or None)
+    return rule
 
 
 def _scales(fmt: str, m: int, k: int, rowwise: bool, offset: int = 0) -> tuple[torch.Tensor, ...]:
@@ -57,3 +68,28 @@ def test_whole_sectors_alignment_and_contiguity_are_required():
     strided = torch.empty(k, 2 * (m // 32), dtype=torch.uint8)[:, : m // 32]
     assert not staged(f, m, k, False, "none", (strided,))
 
+
+
+def test_a_measured_rule_overrides_the_shipped_one_pair_by_pair(measured):
+    f8, f4 = FORMATS["mxfp8"], FORMATS["nvfp4"]
+    m, k = 16384, 8192
+    assert staged(f8, m, k, True, "none", _scales("mxfp8", m, k, True))  # shipped: staged from 1 << 24
+    measured.update({"mxfp8.dual": None, "nvfp4.columnwise": 1 << 26})
+    assert not staged(f8, m, k, True, "none", _scales("mxfp8", m, k, True))  # measured: never
+    assert staged(f4, m, k, False, "none", _scales("nvfp4", m, k, False))  # measured: from 1 << 26
+    assert not staged(f4, 4096, k, False, "none", _scales("nvfp4", 4096, k, False))
+    # a pair the table does not name keeps the shipped threshold
+    t = STAGED_MIN_ELEMENTS[("mxfp4", "dual")]
+    assert staged(FORMATS["mxfp4"], t // k, k, True, "none", _scales("mxfp4", t // k, k, True))
+    assert not staged(FORMATS["mxfp4"], t // k - 1024, k, True, "none", _scales("mxfp4", t // k - 1024, k, True))
+    # the pass's K-class and the transform still decide under a measured rule
+    measured["mxfp8.dual"] = 0
+    assert not staged(f8, m, k + 128, True, "none", _scales("mxfp8", m, k + 128, True))
+    assert not staged(f8, m, k, True, "rht", _scales("mxfp8", m, k, True))
+
+
+def test_rule_of_table_names_every_pair_it_measured():
+    measured = {pair_name(f, o): (None if f == "nvfp4" else 1 << 20) for f, o in PAIRS}
+    rule = rule_of_table(measured)
+    assert rule == {p: (None if p[0] == "nvfp4" else 1 << 20) for p in PAIRS}
+    assert rule_of_table({}) == STAGED_MIN_ELEMENTS and rule_of_table({}) is not STAGED_MIN_ELEMENTS

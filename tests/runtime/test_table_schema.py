@@ -55,6 +55,17 @@ def _bad_tables() -> list[tuple[str, dict, str]]:
     case("schema-2", "schema: expected 1", schema=2)
     case("m-buckets", "m_buckets: expected [256, 4096]", m_buckets=[128])
     out.append(("not-an-object", [good], "the table: expected a JSON object, found a list"))
+    staged_sources = {**good["sources"], "quantize_columnwise": "a" * 64, "scale_layout": "b" * 64}
+    case("staging-a-list", "staging: expected an object, found a list", staging=[1], sources=staged_sources)
+    case("staging-without-rule", 'staging["min_elements"]: missing', staging={}, sources=staged_sources)
+    case("staging-bad-pair", 'staging["min_elements"]["nvfp4.rowwise"]: expected a key of the form',
+         staging={"min_elements": {"nvfp4.rowwise": 1}}, sources=staged_sources)
+    case("staging-negative", 'staging["min_elements"]["nvfp4.dual"]: expected an integer >= 0',
+         staging={"min_elements": {"nvfp4.dual": -1}}, sources=staged_sources)
+    case("staging-bool", 'staging["min_elements"]["mxfp8.dual"]: expected an integer >= 0 (elements) or null '
+         '(never staged), found true (a boolean)', staging={"min_elements": {"mxfp8.dual": True}}, sources=staged_sources)
+    case("staging-without-its-sources", "sources: missing quantize_columnwise, scale_layout",
+         staging={"min_elements": {"mxfp8.dual": 1 << 24}})
     return out
 
 

@@ -295,3 +295,50 @@ def test_candidate_pools_are_what_tune_times(cache):
             f"{json.dumps(v, sort_keys=True)} {t} us" for v, t in zip(pools["h8k"].values, ("1.3", "3.0"))))
     assert not list(candidate_pools(table, "quantize|*", (9, 0)))  # no group of that op here
     assert not list(candidate_pools(table, "*", (8, 0)))  # sm_90a builds do not run on sm_80
+
+
+STAGING_SOURCES = {op: source_hash(op) for op in ("rmsnorm_quantize", "quantize_columnwise", "scale_layout")}
+
+
+def _staging_table(rule: dict, created: str, **sources) -> dict:
+    """A table with rmsnorm choices and a staging rule measured on `sources` (default: this tree's)."""
+    t = _table({GROUP: {"h8k": [{"elements": 64, "ctas_per_row": 1}] * 3}}, sources={**STAGING_SOURCES, **sources})
+    return {**t, "created": created, "staging": {"min_elements": rule}}
+
+
+def test_staging_rule_of_the_newest_table_measured_on_these_sources(cache):
+    def rule(device: str = H100):
+        return dispatch.DispatchTable(cache.root).staging_rule(device, "sm_90a")
+
+    assert rule() is None  # no table: the shipped rule
+    publish_table(cache, _staging_table({"nvfp4.dual": None, "mxfp8.dual": 1 << 24}, "2026-11-22T00:00:00+00:00"))
+    assert rule() == {"nvfp4.dual": None, "mxfp8.dual": 1 << 24}
+    assert rule("NVIDIA H200") is None and dispatch.DispatchTable(cache.root).staging_rule(H100, "sm_100a") is None
+    # A newer table without a rule (a `tune --only 'quantize|*'` run) does not hide it ...
+    publish_table(cache, dict(_table({GROUP: {"h8k": [{"elements": 32, "ctas_per_row": 1}] * 3}}),
+                              created="2026-11-23T00:00:00+00:00"))
+    assert rule() == {"nvfp4.dual": None, "mxfp8.dual": 1 << 24}
+    # ... nor does a newer rule measured with another layout pass: it rests on stale sources
+    publish_table(cache, _staging_table({"nvfp4.dual": 0}, "2026-11-24T00:00:00+00:00", scale_layout="0" * 64))
+    assert rule() == {"nvfp4.dual": None, "mxfp8.dual": 1 << 24}
+    publish_table(cache, _staging_table({"nvfp4.dual": 1 << 25}, "2026-11-25T00:00:00+00:00"))
+    assert rule() == {"nvfp4.dual": 1 << 25}
+    assert _chosen(cache, 8192, 100) == "e64c1"  # the staging tables' own rmsnorm choices still serve
+
+
+def test_staging_starts_where_the_staged_path_wins_from_there_on():
+    from kernelforge.tuner.measure import MIN_GAIN
+    from kernelforge.tuner.staging import staged_from
+
+    win, tie, loss = 0.9, 1 / (1 + MIN_GAIN / 2), 1.1  # staged time over direct
+    sizes = [1 << 23, 1 << 24, 1 << 25, 1 << 26]
+
+    def rows(*ratios):
+        return [(n, 100.0, 100.0 * r) for n, r in zip(sizes, ratios)]
+
+    assert staged_from(rows(loss, loss, win, win)) == 1 << 25
+    assert staged_from(rows(win, loss, win, win)) == 1 << 25  # a win below a loss does not count
+    assert staged_from(rows(win, win, win, win)) == 1 << 23
+    assert staged_from(rows(loss, win, win, loss)) is None  # loses at the largest size: never staged
+    assert staged_from(rows(win, win, win, tie)) is None  # within MIN_GAIN: the direct kernel
+    assert staged_from([]) is None

@@ -19,7 +19,10 @@ in the cache's read path, below the runtime and the tuner that read and write ta
  "sources": {op: kernel source hash},              strings
  "choices": {group: {kclass: [values | null, ...]}},   one entry per M bucket (at most 3), each an
                                                    object of tuning axis -> string/number/bool
- "toolchain_id": str, "bucket_sample_m": [int], "timings_us": {...}}   optional
+ "toolchain_id": str, "bucket_sample_m": [int], "timings_us": {...},   optional
+ "staging": {"min_elements": {"<format>.<outputs>": int >= 0 | null},     optional: the columnwise
+             "timings_us": {...}}}                 op's staged linear-scale rule on this card; the
+                                                   table's sources then name both ops it rests on
 ```
 """
 from __future__ import annotations
@@ -30,6 +33,9 @@ from typing import Any
 SCHEMA = 1
 M_BUCKETS = (256, 4096)  # upper bounds of M for the first buckets; the last bucket is open
 _NAME = re.compile(r"[A-Za-z0-9_.-]+")
+_PAIR = re.compile(r"[a-z0-9]+\.(dual|columnwise)")  # a staging rule's (format, output set)
+# The ops a staging rule's measurement rests on: the columnwise kernels and the layout pass.
+STAGING_OPS = ("quantize_columnwise", "scale_layout")
 
 
 class TableSchemaError(ValueError):
@@ -122,3 +128,23 @@ def validate_table(data: Any) -> None:
         raise _fail("bucket_sample_m", "a list of integers", data["bucket_sample_m"])
     if "timings_us" in data:
         _object(data["timings_us"], "timings_us")
+    if "staging" in data:
+        _staging(data)
+
+
+def _staging(data: dict) -> None:
+    staging = _object(data["staging"], "staging")
+    if "min_elements" not in staging:
+        raise TableSchemaError('staging["min_elements"]: missing (expected an object)')
+    for pair, threshold in _object(staging["min_elements"], 'staging["min_elements"]').items():
+        path = f'staging["min_elements"]["{pair}"]'
+        if not _PAIR.fullmatch(pair):
+            raise TableSchemaError(f"{path}: expected a key of the form '<format>.dual' or '<format>.columnwise'")
+        if threshold is not None and (not isinstance(threshold, int) or isinstance(threshold, bool) or threshold < 0):
+            raise _fail(path, "an integer >= 0 (elements) or null (never staged)", threshold)
+    if "timings_us" in staging:
+        _object(staging["timings_us"], 'staging["timings_us"]')
+    missing = [op for op in STAGING_OPS if op not in data["sources"]]
+    if missing:
+        raise TableSchemaError(f"sources: missing {', '.join(missing)} (a table with a staging rule records the "
+                               f"kernel sources of {' and '.join(STAGING_OPS)})")

@@ -97,13 +97,14 @@ def run(x: torch.Tensor, fmt: Format, mode: str, layout: str, data_dtype: torch.
         fn = None
         if layout == "linear" and scale_layout.staged(fmt, m, k, rowwise, transform, linear):
             try:  # a cache without the swizzled build or the pass serves the call with the direct kernel
-                fn = scale_layout.staged_call(launch.kernel_for("quantize_columnwise", _coords(
+                fn = scale_layout.staged_call(launch.kernel_for("quantize_columnwise", dispatch_coords(
                     dtype, fmt, "swizzled", rowwise, mode, transform), *where), scale_layout.pass_kernel(linear[0]),
                     linear)
             except KernelNotBuilt:
                 fn = None
         if fn is None:
-            fn = launch.kernel_for("quantize_columnwise", _coords(dtype, fmt, layout, rowwise, mode, transform), *where)
+            fn = launch.kernel_for("quantize_columnwise", dispatch_coords(dtype, fmt, layout, rowwise, mode, transform),
+                                   *where)
         scales = (g_row, g_col)
         g_row = checks.global_scale_arg(fmt, g_row, device)
         g_col = checks.global_scale_arg(fmt, g_col, device) if transform == "rht" else g_row
@@ -119,7 +120,7 @@ def run(x: torch.Tensor, fmt: Format, mode: str, layout: str, data_dtype: torch.
     return tuple(outs) if out is None else tuple(out)
 
 
-def _coords(dtype: str, fmt: Format, layout: str, rowwise: bool, mode: str, transform: str) -> tuple:
+def dispatch_coords(dtype: str, fmt: Format, layout: str, rowwise: bool, mode: str, transform: str) -> tuple:
     """The `quantize_columnwise` dispatch coordinates of a call (sorted by axis)."""
     outputs = "dual" if rowwise else "columnwise"
     return (("dtype", dtype), ("format", fmt.name), ("layout", layout), ("outputs", outputs), ("scale_mode", mode),

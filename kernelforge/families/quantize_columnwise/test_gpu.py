@@ -221,8 +221,9 @@ def test_non_default_stream_and_cuda_graph():
 
 
 class StagedCalls(list):
-    """The layout pass's launches (the scale matrices of each); `every()` makes every format and
-    output set take the staged path at any size (the shipped thresholds otherwise)."""
+    """The layout pass's launches (the scale matrices of each). The shipped rule decides, whatever
+    tuning table this card has (`scale_layout.staging_rule` -> None); `every()` makes every format
+    and output set take the staged path at any size, `rule(r)` follows a table's measured rule `r`."""
 
     def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
         super().__init__()
@@ -234,10 +235,13 @@ class StagedCalls(list):
             return lambda src, dst, src_t, dst_t: (self.append(2 if dst_t.numel() else 1), fn(src, dst, src_t, dst_t))
 
         monkeypatch.setattr(scale_layout, "pass_kernel", counted)
+        monkeypatch.setattr(launch, "staging_rule", lambda dev: None)
 
     def every(self) -> None:
-        table = {(f, o): 0 for f in FORMATS for o in ("dual", "columnwise")}
-        self.monkeypatch.setattr(staging, "STAGED_MIN_ELEMENTS", table)
+        self.rule({staging.pair_name(f, o): 0 for f in FORMATS for o in ("dual", "columnwise")})
+
+    def rule(self, measured: dict) -> None:
+        self.monkeypatch.setattr(launch, "staging_rule", lambda dev: measured)
 
 
 @pytest.fixture
@@ -272,6 +276,22 @@ def test_staged_linear_scales_match_the_reference(fmt, mode, dtype, staged_calls
         assert len(staged_calls) == before + 1 and staged_calls[-1] == (2 if rowwise else 1), staged_calls
         for i, (_, guard) in enumerate(pairs):
             assert (guard == 0xA5).all(), f"staged {m}x{k}: bytes past out[{i}] were written"
+
+
+def test_a_measured_staging_rule_decides_the_path(staged_calls):
+    """A card's measured rule (its tuning table's `staging`) overrides the shipped one both ways:
+    MXFP8 dual at 4096x4096, which the shipped rule stages, takes the direct kernel under a rule
+    that never stages it; NVFP4 columnwise-only, which the shipped rule never stages, takes the
+    pass under a rule that stages it from that size. Both paths equal the reference."""
+    x = random_input(4096, 4096, torch.bfloat16)
+    staged_calls.rule({"mxfp8.dual": None, "nvfp4.columnwise": 4096 * 4096})
+    _check_dual(x, "mxfp8", "floor", "linear", None, True, what="rule: never staged")
+    assert staged_calls == []
+    g = torch.ones(1, device="cuda")
+    _check_dual(x, "nvfp4", "none", "linear", g, False, what="rule: staged from 4096x4096")
+    assert staged_calls == [1]
+    _check_dual(x[:2048], "nvfp4", "none", "linear", g, False, what="rule: below its threshold")
+    assert staged_calls == [1]
 
 
 def test_staged_path_is_taken_at_the_shipped_threshold_and_refused_off_its_k_class(staged_calls):
@@ -499,3 +519,28 @@ def test_nvfp4_bad_global_scales_in_the_tile_kernels(g):
         x = random_input(m, k, torch.bfloat16)
         x[3] = 0.0
         _check_dual(x, "nvfp4", "none", "swizzled", gt, True, what=f"g={g} {m}x{k}")
+
+
+def test_tune_measures_the_staging_rule_of_this_card(monkeypatch):
+    """`kernelforge tune`'s staging measurement (kernelforge/tuner/staging.py) on this card's builds,
+    on a short ladder: both paths run (it checks they write the same bytes), each size is timed,
+    and the threshold is one of the ladder's sizes or None; the section is a valid table part."""
+    from kernelforge.cache.read.table_schema import validate_table
+    from kernelforge.runtime.tuning import M_BUCKETS, SCHEMA
+    from kernelforge.sources import source_hash
+    from kernelforge.tuner import staging as tuner_staging
+
+    monkeypatch.setattr(tuner_staging, "LADDER", ((2048, 4096), (4096, 4096)))
+    logs: list[str] = []
+    section = tuner_staging.measure_staging("quantize_columnwise|*format=nvfp4,layout=linear,outputs=dual*",
+                                            1 << 20, logs.append)
+    assert section is not None, logs
+    assert set(section["min_elements"]) == {"nvfp4.dual"}, section
+    assert section["min_elements"]["nvfp4.dual"] in (None, 2048 * 4096, 4096 * 4096)
+    times = section["timings_us"]["nvfp4.dual"]
+    assert set(times) == {"2048x4096", "4096x4096"}
+    assert all(0 < t[p] < 1e4 for t in times.values() for p in ("direct", "staged")), times
+    validate_table({"schema": SCHEMA, "device": "x", "arch": "sm_90a", "created": "now", "m_buckets": list(M_BUCKETS),
+                    "choices": {}, "staging": section,
+                    "sources": {op: source_hash(op) for op in ("quantize_columnwise", "scale_layout")}})
+    assert tuner_staging.measure_staging("quantize|*", 1 << 20, logs.append) is None  # no pair matches

@@ -1,13 +1,26 @@
 """When the columnwise op writes linear scales as swizzled scales and then rewrites them with the
 `scale_layout` pass (`kernelforge/families/scale_layout/op.py` runs it; `kernelforge explain` reports
-it). Torch-free: the CLI reads it without importing torch."""
+it). Torch-free: the CLI reads it without importing torch.
+
+Which path is faster depends on the card: the pass adds a launch and two trips of the scale bytes
+through memory, the direct kernel's linear scale stores are partial sectors, and how much of either
+a kernel hides behind its arithmetic differs between an H100 and an H200. So the rule is measured:
+`kernelforge tune` times both paths per format and output set and stores the smallest input from
+which the staged path is faster in the card's tuning table (`staging`), and the op follows the
+table of the card it runs on. Without such a table, the shipped `STAGED_MIN_ELEMENTS` decides.
+"""
 from __future__ import annotations
+
+from collections.abc import Mapping
 
 SECTOR_BYTES = 32  # bytes of a linear row that one thread of the pass writes (the K-class's block)
 
-# The smallest input (M x K elements) at which the staged path beats the direct linear kernel,
-# per format and output set; pairs not listed (columnwise-only NVFP4 among them) always take the
-# direct kernel (docs/performance.md; `benchmarks/diag.py dual-unswizzle` measures both paths).
+# A rule: (format, output set) -> the smallest input (M x K elements) at which the staged path is
+# taken; a pair that is not listed, or listed as None, always takes the direct kernel.
+Rule = Mapping[tuple[str, str], "int | None"]
+
+# The shipped rule, measured on an H100 (docs/performance.md; `benchmarks/diag.py dual-unswizzle`
+# measures both paths): the one a card without a measured `staging` table gets.
 STAGED_MIN_ELEMENTS: dict[tuple[str, str], int] = {
     ("mxfp8", "dual"): 1 << 24,
     ("mxfp4", "dual"): 1 << 25,
@@ -16,13 +29,33 @@ STAGED_MIN_ELEMENTS: dict[tuple[str, str], int] = {
     ("mxfp4", "columnwise"): 1 << 26,
 }
 
+# The (format, output set) pairs `kernelforge tune` measures: every format with a staged path.
+PAIRS = tuple((f, o) for f in ("mxfp8", "mxfp4", "nvfp4") for o in ("dual", "columnwise"))
 
-def staged_shape(fmt_name: str, block: int, m: int, k: int, rowwise: bool, transform: str) -> bool:
+
+def pair_name(fmt_name: str, outputs: str) -> str:
+    """A pair's key in a tuning table's `staging.min_elements` ("nvfp4.dual")."""
+    return f"{fmt_name}.{outputs}"
+
+
+def rule_of_table(min_elements: Mapping[str, int | None]) -> dict[tuple[str, str], int | None]:
+    """A tuning table's `staging.min_elements` as a rule. The table measured every pair it names;
+    a pair it does not name keeps the shipped threshold."""
+    rule: dict[tuple[str, str], int | None] = dict(STAGED_MIN_ELEMENTS)
+    for name, threshold in min_elements.items():
+        fmt_name, _, outputs = name.partition(".")
+        rule[(fmt_name, outputs)] = threshold
+    return rule
+
+
+def staged_shape(fmt_name: str, block: int, m: int, k: int, rowwise: bool, transform: str,
+                 rule: Rule | None = None) -> bool:
     """Whether a columnwise call of this format, output set and shape ([M, K], B = `block`) with
-    linear scales is staged, buffers aside: a large enough input (STAGED_MIN_ELEMENTS), no
-    transform, and every linear scale row in whole 32-byte sectors (K/B for the rowwise scales of
-    a dual call, M/B for the columnwise ones), which the pass's K-class needs."""
-    threshold = STAGED_MIN_ELEMENTS.get((fmt_name, "dual" if rowwise else "columnwise"))
+    linear scales is staged, buffers aside: a large enough input by `rule` (the shipped
+    STAGED_MIN_ELEMENTS when None), no transform, and every linear scale row in whole 32-byte
+    sectors (K/B for the rowwise scales of a dual call, M/B for the columnwise ones), which the
+    pass's K-class needs."""
+    threshold = (STAGED_MIN_ELEMENTS if rule is None else rule).get((fmt_name, "dual" if rowwise else "columnwise"))
     if threshold is None or transform != "none" or m * k < threshold:
         return False
     if rowwise and (k // block) % SECTOR_BYTES:
