@@ -178,9 +178,12 @@ def tune(root: Path, device_label: str | None = None, only: str = "*",
     if len(archs) > 1:
         raise RuntimeError(f"candidates of several arches ran here ({sorted(archs)}); tune one arch per cache")
     decided = {g.split("|", 1)[0] for g in choices}
+    # The toolchain of the builds timed, when there was exactly one (the schema's toolchain_id is
+    # a non-empty string or absent).
+    toolchain = {"toolchain_id": next(iter(toolchains))} if len(toolchains) == 1 and "" not in toolchains else {}
     return {"schema": SCHEMA, "device": device, "arch": next(iter(archs), f"sm_{cap[0]}{cap[1]}a"),
             "created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-            "toolchain_id": sorted(toolchains)[0] if len(toolchains) == 1 else "",
+            **toolchain,
             "m_buckets": list(M_BUCKETS), "bucket_sample_m": list(BUCKET_SAMPLE_M),
             # Only the ops the table decides for: a table that named an op without choices went
             # stale (and failed tests/runtime/test_tuning.py) whenever that op's kernel changed.

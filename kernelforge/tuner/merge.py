@@ -41,6 +41,6 @@ def merge_tables(base: dict[str, Any], part: dict[str, Any]) -> tuple[dict[str, 
         kept_ops.update(STAGING_OPS)
     merged["sources"] = {op: h for op, h in merged["sources"].items() if op in kept_ops}
     merged["created"] = part["created"]
-    if merged.get("toolchain_id") != part.get("toolchain_id"):
-        merged["toolchain_id"] = ""  # measured on builds of more than one toolchain
+    if "toolchain_id" in part and merged.get("toolchain_id") != part["toolchain_id"]:
+        merged.pop("toolchain_id", None)  # measured on builds of more than one toolchain: none to name
     return merged, dropped

@@ -142,3 +142,17 @@ def test_a_staging_rule_is_merged_and_kept_by_later_partial_runs() -> None:
     validate_table(newer)
     assert newer["staging"]["min_elements"] == {"mxfp4.columnwise": 1 << 23}
     assert newer["sources"]["scale_layout"] == "e" * 64
+
+
+def test_the_merged_table_names_a_toolchain_only_when_it_had_one() -> None:
+    """A run that timed no build of a known toolchain (a staging rule alone) keeps base's; a run on
+    another toolchain leaves the merged table without one; both stay valid tables."""
+    part = _staging_part({"nvfp4.dual": None})
+    part.pop("toolchain_id")
+    merged, _ = merge_tables(BASE, part)
+    validate_table(merged)
+    assert merged["toolchain_id"] == BASE["toolchain_id"]
+    other = {**_part(QUANTIZE[:1], BASE["sources"]["quantize"]), "toolchain_id": "0" * 64}
+    merged, _ = merge_tables(BASE, other)
+    validate_table(merged)
+    assert "toolchain_id" not in merged
