@@ -28,9 +28,12 @@ from ..sources import source_hash
 from ..testing import rotating_inputs
 from .measure import MIN_GAIN, gpu_us
 
-# M x K of the ladder, 8M to 134M elements: whole 32-byte scale sectors for every format (the
-# pass's K-class), both sides of every threshold measured so far (docs/performance.md).
-LADDER = ((2048, 4096), (4096, 4096), (4096, 8192), (8192, 8192), (16384, 8192))
+# M x K of the ladder, 8M to 134M elements in steps of at most 1.5x (a threshold between two sizes
+# is placed at the larger: the closer the steps, the less a call near the crossover loses): whole
+# 32-byte scale sectors for every format (the pass's K-class), both sides of every threshold
+# measured so far (docs/performance.md).
+LADDER = ((2048, 4096), (4096, 4096), (4096, 6144), (4096, 8192), (6144, 8192), (8192, 8192), (12288, 8192),
+          (16384, 8192))
 DTYPE = "bfloat16"  # what training stacks quantize; the rule is per format and output set
 
 
