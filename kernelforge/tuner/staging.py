@@ -28,7 +28,7 @@ from ..sources import source_hash
 from ..testing import rotating_inputs
 from .measure import MIN_GAIN, gpu_us
 
-# M x K of the ladder, 8M to 134M elements in steps of at most 1.5x (a threshold between two sizes
+# M x K of the ladder: 2^23, then 2^24 to 2^27 elements in steps of at most 1.5x (a threshold between two sizes
 # is placed at the larger: the closer the steps, the less a call near the crossover loses): whole
 # 32-byte scale sectors for every format (the pass's K-class), both sides of every threshold
 # measured so far (docs/performance.md).
