@@ -12,9 +12,9 @@ from ..cache.read.table_schema import STAGING_OPS
 
 
 def merge_tables(base: dict[str, Any], part: dict[str, Any]) -> tuple[dict[str, Any], list[str]]:
-    """`base` with every dispatch group `part` measured replaced by part's, and part's staging rule
-    (`kernelforge.tuner.staging`) if it measured one; return the merged table and the groups of
-    `base` it left out.
+    """`base` with every dispatch group `part` measured replaced by part's, and the pairs of part's
+    staging rule (`kernelforge.tuner.staging`) replacing base's; return the merged table and the
+    groups of `base` it left out.
 
     Both are valid tables (`validate_table`) of one device and arch, else ValueError naming the
     field. A group of `base` that `part` did not measure is left out when `part` measured its op
@@ -34,8 +34,8 @@ def merge_tables(base: dict[str, Any], part: dict[str, Any]) -> tuple[dict[str, 
     merged["choices"].update(copy.deepcopy(part["choices"]))
     merged.setdefault("timings_us", {}).update(copy.deepcopy(part.get("timings_us", {})))
     merged["sources"].update(part["sources"])
-    if "staging" in part:  # a rule is measured whole: part's replaces base's
-        merged["staging"] = copy.deepcopy(part["staging"])
+    if "staging" in part:
+        merged["staging"] = _merged_staging(base, part)
     kept_ops = {g.split("|", 1)[0] for g in merged["choices"]}
     if "staging" in merged:
         kept_ops.update(STAGING_OPS)
@@ -44,3 +44,17 @@ def merge_tables(base: dict[str, Any], part: dict[str, Any]) -> tuple[dict[str, 
     if "toolchain_id" in part and merged.get("toolchain_id") != part["toolchain_id"]:
         merged.pop("toolchain_id", None)  # measured on builds of more than one toolchain: none to name
     return merged, dropped
+
+
+def _merged_staging(base: dict[str, Any], part: dict[str, Any]) -> dict[str, Any]:
+    """part's staging rule with the pairs of base's that part did not measure, when both were
+    measured on the same kernel sources of the ops a rule rests on (else part's alone)."""
+    staging = copy.deepcopy(part["staging"])
+    old = base.get("staging")
+    if old is None or any(base["sources"].get(op) != part["sources"].get(op) for op in STAGING_OPS):
+        return staging
+    for section in ("min_elements", "timings_us"):
+        kept = {k: copy.deepcopy(v) for k, v in old.get(section, {}).items() if k not in staging.get(section, {})}
+        if kept:
+            staging[section] = {**kept, **staging.get(section, {})}
+    return staging

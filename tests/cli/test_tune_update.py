@@ -136,9 +136,14 @@ def test_a_staging_rule_is_merged_and_kept_by_later_partial_runs() -> None:
     again, _ = merge_tables(merged, _part(QUANTIZE[:2], BASE["sources"]["quantize"]))
     validate_table(again)
     assert again["staging"] == merged["staging"] and again["sources"] == merged["sources"]
-    # a rule measured again replaces the earlier one whole
-    newer, _ = merge_tables(merged, _staging_part({"mxfp4.columnwise": 1 << 23}, {**STAGING_SOURCES,
-                                                                                 "scale_layout": "e" * 64}))
+    # pairs measured again replace theirs, the others are kept (same kernel sources)
+    again, _ = merge_tables(merged, _staging_part({"nvfp4.dual": 1 << 26, "mxfp4.columnwise": 1 << 23}))
+    validate_table(again)
+    assert again["staging"]["min_elements"] == {"nvfp4.dual": 1 << 26, "mxfp8.dual": 1 << 24,
+                                                "mxfp4.columnwise": 1 << 23}
+    # a rule measured on another layout pass replaces the earlier one whole: its pairs rest on stale sources
+    newer, _ = merge_tables(again, _staging_part({"mxfp4.columnwise": 1 << 23}, {**STAGING_SOURCES,
+                                                                                "scale_layout": "e" * 64}))
     validate_table(newer)
     assert newer["staging"]["min_elements"] == {"mxfp4.columnwise": 1 << 23}
     assert newer["sources"]["scale_layout"] == "e" * 64
