@@ -551,15 +551,17 @@ def dual_unswizzle(args: argparse.Namespace) -> None:
     benchmarks/run.py times it): the call with linear scales through the direct kernel, the same
     call through the staged path (the swizzled kernel, then the scale_layout pass kernel), the
     swizzled call alone and the pass alone; both linear paths' outputs must be equal byte for byte.
-    The paths are forced through `STAGED_MIN_ELEMENTS` (every format and output set staged, or
-    none); the shipped thresholds there come from this output. `--torch-pass` also times a torch
-    copy that permutes the swizzled scales (4-byte words)."""
+    The paths are forced through the device's staging rule (`launch.staging_rule`: every format and
+    output set staged, or none); `rule` says which path this card's rule takes at that shape (its
+    tuning table's, else the shipped one; `kernelforge tune` measures it). `--torch-pass` also
+    times a torch copy that permutes the swizzled scales (4-byte words)."""
     import torch
 
     import kernelforge
     from _timing import copy_bandwidth, graph_us, io_bytes, rotating_inputs, same_size_copy_us
     from kernelforge.families.scale_layout import op as scale_layout
     from kernelforge.families.scale_layout import staging
+    from kernelforge.formats import FORMATS
 
     def torch_unswizzle_into(dst: torch.Tensor, sw: torch.Tensor) -> None:
         """Linear [M, C] scales (M % 128 == 0, C % 4 == 0) from the 128x4 swizzled layout, with torch."""
@@ -568,13 +570,14 @@ def dual_unswizzle(args: argparse.Namespace) -> None:
         src = sw.view(torch.uint8).view(torch.int32).view(a, b, 32, 4).permute(0, 3, 2, 1)
         dst.view(torch.uint8).view(torch.int32).view(a, 4, 32, b).copy_(src)
 
-    rule = dict(staging.STAGED_MIN_ELEMENTS)
+    from kernelforge.ops import launch
+
+    card_rule = launch.staging_rule
 
     def forced(staged: bool | None) -> None:
-        """Every format and output set staged (True), none (False), or the shipped rule (None)."""
-        pairs = [(f, o) for f in ("mxfp8", "mxfp4", "nvfp4") for o in ("dual", "columnwise")]
-        staging.STAGED_MIN_ELEMENTS.clear()
-        staging.STAGED_MIN_ELEMENTS.update(rule if staged is None else {p: 0 for p in pairs} if staged else {})
+        """Every format and output set staged (True), none (False), or this card's rule (None)."""
+        rule = {staging.pair_name(f, o): 0 if staged else None for f, o in staging.PAIRS}
+        launch.staging_rule = card_rule if staged is None else lambda dev: rule
 
     bw = copy_bandwidth()
     print(f"{torch.cuda.get_device_name()}, copy {bw:.0f} GB/s")
@@ -607,7 +610,11 @@ def dual_unswizzle(args: argparse.Namespace) -> None:
                                                                             words[0][1][:0])
                 t_alone = graph_us(lambda: fn(*pass_args))
                 moved = 2 * sum(d.numel() * d.element_size() for _, d in pairs)
-                line = (f"{fmt} {m}x{k} {what:10s} direct {times['direct']:7.1f} us ({pct(times['direct']):5.1f}%)  "
+                forced(None)
+                linear = tuple(outs["direct"][1::2])
+                takes = "staged" if scale_layout.staged(FORMATS[fmt], m, k, rowwise, "none", linear) else "direct"
+                line = (f"{fmt} {m}x{k} {what:10s} rule: {takes:6s}  "
+                        f"direct {times['direct']:7.1f} us ({pct(times['direct']):5.1f}%)  "
                         f"staged {times['staged']:7.1f} us ({pct(times['staged']):5.1f}%)  swizzled "
                         f"{times['swizzled']:7.1f} us  pass alone {t_alone:5.1f} us ({moved / t_alone / 1e3:.0f} GB/s, "
                         f"copy of as many bytes {same_size_copy_us(moved):5.1f} us)  equal: {same}")

@@ -215,7 +215,7 @@ def _explain_call(op: str, args: List[str], layers: list, fmt: Fmt) -> int:
         if staged_shape(fmt_name, FORMATS[fmt_name].block, m, k, kv.get("outputs") == "dual",
                         kv.get("transform", "none"), None if measured is None else rule_of_table(measured)):
             kv["layout"] = "swizzled"  # what runs; the pass then writes the linear scales
-            by = (f"the staging rule of {device!r}'s tuning table" if measured is not None else
+            by = (f"the staging rule of the tuning table of {device!r}" if measured is not None else
                   "the shipped rule, kernelforge/families/scale_layout/staging.py")
             staged = (f"linear scales are staged at this shape ({by}): "
                       "the swizzled build explained here runs, then the scale_layout pass rewrites its scales "
