@@ -17,7 +17,8 @@ def tune(
     cache: Optional[str] = typer.Option(None, "--cache", help="Cache root (else $KERNELFORGE_CACHE_DIR, else cache/)."),
     device_name: Optional[str] = typer.Option(None, "--device-name",
                                               help="Label the table with this device name (default: the GPU's)."),
-    only: str = typer.Option("*", "--only", help="Only dispatch groups matching this glob, e.g. 'quantize|*'."),
+    only: str = typer.Option("*", "--only", help="Only dispatch groups matching this glob, e.g. 'quantize|*'; "
+                             "'quantize_columnwise|*' measures the staging rule of linear scales alone."),
     export: Optional[Path] = typer.Option(None, "--export", help="Also write the table to this JSON file."),
     update: Optional[Path] = typer.Option(
         None, "--update",
@@ -26,7 +27,8 @@ def tune(
     import_: Optional[List[Path]] = typer.Option(None, "--import",
                                                  help="Publish these table files into the cache (no GPU; no tuning)."),
 ) -> None:
-    """Time every candidate build over M buckets on this GPU and publish a tuning table into the cache."""
+    """Time every candidate build over M buckets on this GPU, and the columnwise op's staging rule, and publish
+    a tuning table into the cache."""
     root, source = resolve_cache_root(cache)
     store = CacheStore(root)
     base = None
