@@ -38,10 +38,13 @@ def publish_table(store: CacheStore, data: dict[str, Any]) -> str:
         # What the runtime parses on a process's first call, compact and without the per-candidate
         # timings (a smaller parse on that call), which go to a file of their own.
         lean = {k: v for k, v in data.items() if k != "timings_us"}
+        timings = data.get("timings_us", {})
+        if "staging" in data:  # the staging rule's timings too: `staging_timings_us` in the timings file
+            lean["staging"] = {"min_elements": data["staging"]["min_elements"]}
+            timings = {**timings, "staging_timings_us": data["staging"].get("timings_us", {})}
         (staging / "table.json").write_text(json.dumps(lean, separators=(",", ":"), sort_keys=True),
                                             encoding="utf-8")
-        (staging / "timings.json").write_text(json.dumps(data.get("timings_us", {}), indent=1, sort_keys=True),
-                                              encoding="utf-8")
+        (staging / "timings.json").write_text(json.dumps(timings, indent=1, sort_keys=True), encoding="utf-8")
         # The table names builds by their tuning values, not by key, so it stays valid for any
         # toolchain that builds the same kernel sources (the runtime checks those per op).
         store.publish(key, staging, kind="tuning", op="tuning", name=name,

@@ -342,3 +342,18 @@ def test_staging_starts_where_the_staged_path_wins_from_there_on():
     assert staged_from(rows(loss, win, win, loss)) is None  # loses at the largest size: never staged
     assert staged_from(rows(win, win, win, tie)) is None  # within MIN_GAIN: the direct kernel
     assert staged_from([]) is None
+
+
+def test_the_published_table_leaves_every_timing_to_its_timings_file(cache):
+    """What the runtime parses on a first call holds no timings, the staging rule's included; the
+    timings file beside it holds both."""
+    table = _staging_table({"nvfp4.dual": None}, "2026-11-22T00:00:00+00:00")
+    table["timings_us"] = {GROUP: {"h8k": [{"e64c1": 1.0}]}}
+    table["staging"]["timings_us"] = {"nvfp4.dual": {"4096x4096": {"direct": 1.0, "staged": 2.0}}}
+    key = publish_table(cache, table)
+    entry = next(e for e in cache.iter_entries() if e.key == key)
+    lean = json.loads((cache.entry_dir(entry) / "table.json").read_text())
+    timings = json.loads((cache.entry_dir(entry) / "timings.json").read_text())
+    assert "timings_us" not in lean and lean["staging"] == {"min_elements": {"nvfp4.dual": None}}
+    assert timings == {**table["timings_us"], "staging_timings_us": table["staging"]["timings_us"]}
+    assert dispatch.DispatchTable(cache.root).staging_rule(H100, "sm_90a") == {"nvfp4.dual": None}
