@@ -357,3 +357,23 @@ def test_the_published_table_leaves_every_timing_to_its_timings_file(cache):
     assert "timings_us" not in lean and lean["staging"] == {"min_elements": {"nvfp4.dual": None}}
     assert timings == {**table["timings_us"], "staging_timings_us": table["staging"]["timings_us"]}
     assert dispatch.DispatchTable(cache.root).staging_rule(H100, "sm_90a") == {"nvfp4.dual": None}
+
+
+def test_committed_staging_rules_follow_from_their_own_timings():
+    """A committed table's staging rule is what `tune` derives from the timings it recorded (a
+    threshold edited by hand, or timings of another run pasted beside it, fails here)."""
+    from kernelforge.config import tuning_dir
+    from kernelforge.tuner.staging import staged_from
+
+    checked = 0
+    for path in sorted(tuning_dir().glob("*.json")):
+        staging = json.loads(path.read_text()).get("staging")
+        if staging is None:
+            continue
+        for pair, threshold in staging["min_elements"].items():
+            sizes = staging["timings_us"][pair]
+            rows = sorted((int(m) * int(k), t["direct"], t["staged"])
+                          for (m, k), t in ((shape.split("x"), t) for shape, t in sizes.items()))
+            assert staged_from(rows) == threshold, (path.name, pair, rows)
+            checked += 1
+    assert checked, "no committed table has a staging rule with timings"
