@@ -209,11 +209,11 @@ def _explain_call(op: str, args: List[str], layers: list, fmt: Fmt) -> int:
     stride_bytes = int(stride) if stride is not None else k * ELEMENT_BYTES.get(kv.get("dtype", ""), 2)
     staged = None
     if op == "quantize_columnwise" and kv.get("layout") == "linear":
-        from kernelforge.families.scale_layout.staging import rule_of_table, staged_shape
+        from kernelforge.families.scale_layout.staging import staged_shape
 
         measured = table.staging_rule(device, arch) if device else None
         if staged_shape(fmt_name, FORMATS[fmt_name].block, m, k, kv.get("outputs") == "dual",
-                        kv.get("transform", "none"), None if measured is None else rule_of_table(measured)):
+                        kv.get("transform", "none"), measured):
             kv["layout"] = "swizzled"  # what runs; the pass then writes the linear scales
             by = (f"the staging rule of the tuning table of {device!r}" if measured is not None else
                   "the shipped rule, kernelforge/families/scale_layout/staging.py")

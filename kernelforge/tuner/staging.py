@@ -79,7 +79,7 @@ def measure_pair(fmt_name: str, outputs: str, l2_bytes: int, log: Callable[[str]
     timings: dict[str, dict[str, float]] = {}
     measured: list[tuple[int, float, float]] = []
     for m, k in LADDER:
-        if not staged_shape(fmt_name, block, m, k, rowwise, "none", {(fmt_name, outputs): 0}):
+        if not staged_shape(fmt_name, block, m, k, rowwise, "none", {pair_name(fmt_name, outputs): 0}):
             raise AssertionError(f"ladder shape {m}x{k} cannot be staged for {fmt_name} {outputs}")
         r = rotating_inputs({"format": fmt_name, "dtype": DTYPE, "layout": "linear"}, m, k, l2_bytes)
         xs = r.inputs()

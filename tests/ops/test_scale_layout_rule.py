@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from kernelforge.families.scale_layout.op import staged
-from kernelforge.families.scale_layout.staging import PAIRS, STAGED_MIN_ELEMENTS, pair_name, rule_of_table
+from kernelforge.families.scale_layout.staging import PAIRS, STAGED_MIN_ELEMENTS, pair_name, staged_shape
 from kernelforge.formats import FORMATS
 from kernelforge.ops import launch
 
@@ -88,8 +88,17 @@ def test_a_measured_rule_overrides_the_shipped_one_pair_by_pair(measured):
     assert not staged(f8, m, k, True, "rht", _scales("mxfp8", m, k, True))
 
 
-def test_rule_of_table_names_every_pair_it_measured():
-    measured = {pair_name(f, o): (None if f == "nvfp4" else 1 << 20) for f, o in PAIRS}
-    rule = rule_of_table(measured)
-    assert rule == {p: (None if p[0] == "nvfp4" else 1 << 20) for p in PAIRS}
-    assert rule_of_table({}) == STAGED_MIN_ELEMENTS and rule_of_table({}) is not STAGED_MIN_ELEMENTS
+def test_a_measured_rule_decides_every_pair_it_names_and_an_empty_one_none():
+    """staged_shape on whole-sector shapes at the thresholds: a measured pair's threshold (or None:
+    never) decides, whatever the shipped one; an empty measured rule is the shipped rule."""
+    k = 8192
+    measured = {pair_name(f, o): (None if f == "nvfp4" else 1 << 24) for f, o in PAIRS}
+    for f, o in PAIRS:
+        b, rowwise = FORMATS[f].block, o == "dual"
+        expected_at = f != "nvfp4"
+        assert staged_shape(f, b, (1 << 24) // k, k, rowwise, "none", measured) == expected_at, (f, o)
+        assert not staged_shape(f, b, (1 << 24) // k - 1024, k, rowwise, "none", measured), (f, o)
+        shipped = STAGED_MIN_ELEMENTS.get((f, o))
+        for m in (1024, 2048, 4096, 8192, 16384):
+            assert staged_shape(f, b, m, k, rowwise, "none", {}) == staged_shape(f, b, m, k, rowwise, "none") == \
+                (shipped is not None and m * k >= shipped), (f, o, m)

@@ -222,7 +222,7 @@ def test_non_default_stream_and_cuda_graph():
 
 class StagedCalls(list):
     """The layout pass's launches (the scale matrices of each). The shipped rule decides, whatever
-    tuning table this card has (`scale_layout.staging_rule` -> None); `every()` makes every format
+    tuning table this card has (`launch.staging_rule` -> None); `every()` makes every format
     and output set take the staged path at any size, `rule(r)` follows a table's measured rule `r`."""
 
     def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:

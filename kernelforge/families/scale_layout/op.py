@@ -16,27 +16,12 @@ def staged(fmt: Format, m: int, k: int, rowwise: bool, transform: str,
            linear_scales: tuple[torch.Tensor, ...]) -> bool:
     """Whether the columnwise op writes these linear scales swizzled, then rewrites them with the
     pass: the shape rule (`kernelforge.families.scale_layout.staging.staged_shape`) of the device's
-    tuning table, else the shipped one (`staging_rule`), and every linear scale matrix 16-byte
-    aligned and contiguous (the pass's K-class)."""
+    tuning table (`launch.staging_rule`), else the shipped one, and every linear scale matrix
+    16-byte aligned and contiguous (the pass's K-class)."""
     if not staging.staged_shape(fmt.name, fmt.block, m, k, rowwise, transform,
-                                staging_rule(linear_scales[0].device.index)):
+                                launch.staging_rule(linear_scales[0].device.index)):
         return False
     return all(s.data_ptr() % 16 == 0 and s.is_contiguous() for s in linear_scales)
-
-
-_rules: dict[int, tuple[dict, staging.Rule]] = {}  # id of a table's measured rule -> (it, as a Rule)
-
-
-def staging_rule(dev: int) -> staging.Rule | None:
-    """The staging rule of device `dev`: the one its tuning table measured (`launch.staging_rule`),
-    or None (the shipped `staging.STAGED_MIN_ELEMENTS` applies)."""
-    measured = launch.staging_rule(dev)
-    if measured is None:
-        return None
-    known = _rules.get(id(measured))
-    if known is None or known[0] is not measured:
-        known = _rules[id(measured)] = (measured, staging.rule_of_table(measured))
-    return known[1]
 
 
 def swizzled_template(linear: torch.Tensor) -> torch.Tensor:

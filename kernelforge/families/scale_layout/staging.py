@@ -15,12 +15,10 @@ from collections.abc import Mapping
 
 SECTOR_BYTES = 32  # bytes of a linear row that one thread of the pass writes (the K-class's block)
 
-# A rule: (format, output set) -> the smallest input (M x K elements) at which the staged path is
-# taken; a pair that is not listed, or listed as None, always takes the direct kernel.
-Rule = Mapping[tuple[str, str], "int | None"]
-
 # The shipped rule, measured on an H100 (docs/performance.md; `benchmarks/diag.py dual-unswizzle`
-# measures both paths): the one a card without a measured `staging` table gets.
+# measures both paths): (format, output set) -> the smallest input (M x K elements) at which the
+# staged path is taken; a pair that is not listed always takes the direct kernel. A card whose
+# tuning table measured a pair follows the table for that pair instead (`staged_shape`).
 STAGED_MIN_ELEMENTS: dict[tuple[str, str], int] = {
     ("mxfp8", "dual"): 1 << 24,
     ("mxfp4", "dual"): 1 << 25,
@@ -38,24 +36,17 @@ def pair_name(fmt_name: str, outputs: str) -> str:
     return f"{fmt_name}.{outputs}"
 
 
-def rule_of_table(min_elements: Mapping[str, int | None]) -> dict[tuple[str, str], int | None]:
-    """A tuning table's `staging.min_elements` as a rule. The table measured every pair it names;
-    a pair it does not name keeps the shipped threshold."""
-    rule: dict[tuple[str, str], int | None] = dict(STAGED_MIN_ELEMENTS)
-    for name, threshold in min_elements.items():
-        fmt_name, _, outputs = name.partition(".")
-        rule[(fmt_name, outputs)] = threshold
-    return rule
-
-
 def staged_shape(fmt_name: str, block: int, m: int, k: int, rowwise: bool, transform: str,
-                 rule: Rule | None = None) -> bool:
+                 measured: Mapping[str, int | None] | None = None) -> bool:
     """Whether a columnwise call of this format, output set and shape ([M, K], B = `block`) with
-    linear scales is staged, buffers aside: a large enough input by `rule` (the shipped
-    STAGED_MIN_ELEMENTS when None), no transform, and every linear scale row in whole 32-byte
-    sectors (K/B for the rowwise scales of a dual call, M/B for the columnwise ones), which the
-    pass's K-class needs."""
-    threshold = (STAGED_MIN_ELEMENTS if rule is None else rule).get((fmt_name, "dual" if rowwise else "columnwise"))
+    linear scales is staged, buffers aside: a large enough input, no transform, and every linear
+    scale row in whole 32-byte sectors (K/B for the rowwise scales of a dual call, M/B for the
+    columnwise ones), which the pass's K-class needs. "Large enough" is the card's `measured` rule
+    (a tuning table's `staging.min_elements`: "<format>.<outputs>" -> elements, or None: never) for
+    the pairs it names, the shipped STAGED_MIN_ELEMENTS for the others."""
+    pair = (fmt_name, "dual" if rowwise else "columnwise")
+    name = pair_name(*pair)
+    threshold = measured[name] if measured is not None and name in measured else STAGED_MIN_ELEMENTS.get(pair)
     if threshold is None or transform != "none" or m * k < threshold:
         return False
     if rowwise and (k // block) % SECTOR_BYTES:
