@@ -40,7 +40,7 @@ DTYPE = "bfloat16"  # what training stacks quantize; the rule is per format and 
 def group_key(fmt_name: str, outputs: str) -> str:
     """The dispatch group of the direct linear build a pair's measurement stands for (what
     `tune --only` globs match)."""
-    mode = "none" if FORMATS[fmt_name].has_global_scale else "floor"
+    mode = checks.format_plan(fmt_name, "linear", "floor")[1]  # the op's default scale mode
     return (f"quantize_columnwise|dtype={DTYPE},format={fmt_name},layout=linear,outputs={outputs},"
             f"scale_mode={mode},transform=none")
 
@@ -51,8 +51,7 @@ def paths(fmt_name: str, rowwise: bool, x: torch.Tensor) -> tuple[Callable, Call
     cache lacks the direct build, the swizzled build or the pass."""
     import kernelforge
 
-    fmt = FORMATS[fmt_name]
-    mode = "none" if fmt.has_global_scale else "floor"
+    fmt, mode, _, _ = checks.format_plan(fmt_name, "linear", "floor")  # the op's default scale mode
     g = torch.ones(1, dtype=torch.float32, device=x.device) if fmt.has_global_scale else None
     outs = kernelforge.quantize(x, fmt_name, layout="linear", columnwise=True, rowwise=rowwise, global_scale=g)
     m, k = x.shape
