@@ -20,8 +20,10 @@ For `offsets` at most `MAX_CTAS` CTAs (per format) loop over the input rows that
 group, a warp per row and its lanes over the row's scale columns. Each CTA first stages the
 offsets in shared memory and all its threads turn them into per-group row ranges and padded
 block starts (two block-wide scans over chunks of groups; CTA 0 also writes `scale_offsets`);
-each warp then finds the group of each of its rows by binary search over the group ends. Offsets are
-made safe before use, whatever their values: `end[g] = clamp(max(offsets[0..g]), 0, T)`
+each warp then finds the group of each of its rows by binary search over the group ends. A
+warp's first input blocks are loaded before the tables are built (their addresses need no table);
+with two register stages (`PIPELINED`) a row's next blocks load while the current ones are
+quantized. Offsets are made safe before use, whatever their values: `end[g] = clamp(max(offsets[0..g]), 0, T)`
 (monotonic, within x), and at most `MAX_GROUPS` groups are read; for valid offsets this is the
 identity. Each row also zeroes the padding rows of its group that share its 16-byte swizzle lines;
 a second phase zeroes the remaining padding by whole lines of the swizzle chunks.
@@ -58,6 +60,19 @@ ROW_BYTES_IN_FLIGHT = {"mxfp8": 512, "mxfp4": 256, "nvfp4": 128}
 # kept the row in local memory (32 registers, a 1.5 KB stack frame; benchmarks/sass_stats.py) and
 # the call ran 3.8x slower; 128 was slower than 64 (docs/performance.md, grouped section).
 SCALAR_ELEMENTS_IN_FLIGHT = 64
+# CTAs per SM of the NVFP4 `offsets` kernel: pipelined, ptxas otherwise takes 89 registers
+# (5 CTAs), which was slower at G <= 64 on the H200 (docs/performance.md, grouped section).
+NVFP4_OFFSETS_CTAS = 6
+# Shared memory of one `offsets` CTA: the two group tables and the scan totals (16-byte aligned
+# each), and the 1 KiB an sm_90 CTA reserves for the system.
+SHARED_BYTES = 4 * (2 * TABLE + WARP) + 2 * 16 + 1024
+SM_SHARED_BYTES = 228 * 1024  # shared memory an sm_90 SM can carve out of its L1
+# `offsets` formats whose row loop (group_rows) runs two register stages on 16-byte-aligned input:
+# a lane's ROW_BYTES_IN_FLIGHT are split between them, one stage's loads are in flight while the
+# other is quantized, and a warp's first stage loads before the group tables are built. MXFP4 and
+# NVFP4 gained on the H200; MXFP8 (192-208 registers, 2 CTAs of an SM) and misaligned input (per-
+# element loads) lost, and keep one batch of loads per step (docs/performance.md, grouped section).
+PIPELINED = ("mxfp4", "nvfp4")
 
 
 @cute.jit
@@ -95,6 +110,18 @@ class QuantizeGroupedKernel:
         self.row_bytes_in_flight = ROW_BYTES_IN_FLIGHT[cfg.fmt.name]
         self.max_ctas = MAX_CTAS[family]
 
+    def occupancy_limits(self, mX: cute.Tensor) -> dict:
+        """NVFP4 `offsets` on 16-byte-aligned input at NVFP4_OFFSETS_CTAS CTAs per SM. Misaligned
+        input (per-element loads) keeps the registers ptxas chooses: capped, its row stages went to
+        a stack frame. The carveout is explicit because CuTe-DSL would otherwise query the build
+        machine's GPU; it is what those CTAs' tables need.
+        https://docs.nvidia.com/cuda/cuda-c-programming-guide/#launch-bounds
+        """
+        if not self.q.nvfp4 or self.experts or mX.iterator.alignment < 16:
+            return {}
+        return {"max_number_threads": [self.cfg.threads, 1, 1], "min_blocks_per_mp": NVFP4_OFFSETS_CTAS,
+                "preferred_smem_carveout": -(-100 * NVFP4_OFFSETS_CTAS * SHARED_BYTES // SM_SHARED_BYTES)}
+
     @cute.jit
     def __call__(
         self,
@@ -123,7 +150,7 @@ class QuantizeGroupedKernel:
             warps = threads // WARP
             grid = cutlass.min(cutlass.max((total_rows + (warps - 1)) // warps, 1), self.max_ctas)
         self.kernel(mX, mOff, mQ, mS, mSO, mG, n_rows, total_rows, n_cols).launch(
-            grid=[grid, 1, 1], block=[threads, 1, 1], stream=stream, use_pdl=PDL
+            grid=[grid, 1, 1], block=[threads, 1, 1], stream=stream, use_pdl=PDL, **self.occupancy_limits(mX)
         )
 
     @cute.kernel
@@ -168,6 +195,22 @@ class QuantizeGroupedKernel:
         totals = smem.allocate_tensor(Int32, cute.make_layout(WARP), 16)  # per-warp scan totals
         n_groups = cutlass.min(mOff.shape[0], MAX_GROUPS)
         t_rows = mX.shape[0]
+        warps = self.cfg.threads // WARP
+        lane = tidx % WARP
+        first_warp = bidx * warps + tidx // WARP
+        n_warps = cute.arch.grid_dim()[0] * warps
+        k_blocks = mX.shape[1] // self.block
+        gX = cute.zipped_divide(mX, (1, self.block))  # ((1, B), (T, K/B))
+        # The row loop's register stages of input blocks (group_rows; the second unused unless
+        # pipelined). The warp's first row is known before the group tables are: when pipelined,
+        # its first stage is loaded now, so that the loads are in flight while the CTA reads the
+        # offsets and builds the tables, not after.
+        stage = self.stage_blocks(mX)
+        stage_a = [cute.make_rmem_tensor(self.block, mX.element_type) for _ in range(stage)]
+        stage_b = [cute.make_rmem_tensor(self.block, mX.element_type) for _ in range(stage)]
+        if cutlass.const_expr(self.pipelined(mX)):
+            if first_warp < t_rows:
+                self.load_stage(stage_a, gX, first_warp, lane, k_blocks)
         for i in cutlass.range(tidx, n_groups, self.cfg.threads):
             ends[skew(i)] = mOff[i]  # the raw offsets, coalesced; group_table clamps them in place
         cute.arch.sync_threads()
@@ -175,6 +218,92 @@ class QuantizeGroupedKernel:
         cute.arch.sync_threads()
 
         total = starts[skew(n_groups)]
+        self.group_rows(mX, mQ, mS, mG, ends, starts, n_groups, n_cols, stage_a, stage_b, lane, first_warp,
+                        n_warps)
+
+        # Padding rows (each group's rows up to its next multiple of 128, and every row after the
+        # last group) by whole chunks: a lane zeroes one 16-byte line of a chunk (rows lane,
+        # lane + 32, ... of 4 scale columns) that holds no row of data, so a warp store covers 128
+        # bytes in 4 lines, where the row loop's byte stores cover 32 bytes in 8
+        # (docs/performance.md); the padding in lines that hold data the row loop zeroed. A warp
+        # takes a whole block (each group's last, then every block after the last group) and walks
+        # its chunks: the block's bounds are found once, not once per chunk (Nsight Compute, SASS
+        # source page: per-chunk items spent 100 warp instructions each at G = 1024).
+        chunk_words = SWIZZLE_ROWS  # a 128x4 chunk of scale bytes is this many 32-bit words
+        tail_blocks = (total_rows - total) // SWIZZLE_ROWS
+        s32 = cute.make_tensor(cute.recast_ptr(mS.iterator, dtype=Uint32), cute.make_layout(cute.size(mS) // 4))
+        for e in cutlass.range(first_warp, n_groups + tail_blocks, n_warps):
+            b = total // SWIZZLE_ROWS + (e - n_groups)  # a block after the last group: all padding
+            first = Int32(0)
+            if e < n_groups:
+                # The scale row after the group's last.
+                data_end = starts[skew(e)] + (ends[skew(e)] - self.first_row(ends, e))
+                b = starts[skew(e + 1)] // SWIZZLE_ROWS - 1  # the group's last block (if it has one)
+                first = SWIZZLE_ROWS
+                if starts[skew(e + 1)] > data_end:
+                    first = data_end - b * SWIZZLE_ROWS
+            if lane >= first:  # row `lane` of the block is padding, so are the line's other rows
+                # The block's first word, then the lane's line of each chunk.
+                word = scale_offset(b * SWIZZLE_ROWS, 0, n_cols, True) // 4 + lane * 4
+                for c in cutlass.range(n_cols // 4):
+                    for j in cutlass.range_constexpr(SWIZZLE_ROWS // WARP):
+                        s32[word + c * chunk_words + j] = Uint32(0)
+
+    def pipelined(self, mX: cute.Tensor) -> bool:
+        """Whether the row loop runs two register stages (PIPELINED formats on aligned input)."""
+        return self.cfg.fmt.name in PIPELINED and mX.iterator.alignment >= 16
+
+    def stage_blocks(self, mX: cute.Tensor) -> int:
+        """Input blocks of a row that each lane loads per register stage: the format's
+        ROW_BYTES_IN_FLIGHT (SCALAR_ELEMENTS_IN_FLIGHT elements without 16-byte alignment),
+        split in two when pipelined."""
+        in_flight = self.row_bytes_in_flight // (mX.element_type.width // 8)  # elements per lane
+        if mX.iterator.alignment < 16:
+            in_flight = min(in_flight, SCALAR_ELEMENTS_IN_FLIGHT)
+        return max(1, in_flight // self.block // (2 if self.pipelined(mX) else 1))
+
+    @cute.jit
+    def load_stage(self, raws: list, gX: cute.Tensor, row: Int32, k0: Int32, k_blocks: Int32):
+        """Load blocks k0, k0 + 32, ... of input row `row` (those below k_blocks) into `raws`."""
+        for u in cutlass.range_constexpr(len(raws)):
+            k = k0 + u * WARP
+            if k < k_blocks:
+                cute.autovec_copy(gX[(0, None), (row, k)], raws[u])
+
+    @cute.jit
+    def store_stage(self, raws: list, gQ: cute.Tensor, mS: cute.Tensor, s32: cute.Tensor, row: Int32, m: Int32,
+                    k0: Int32, k_blocks: Int32, n_cols: Int32, pad_word: Int32, enc_g: Float32, inv_g: Float32):
+        """Quantize the loaded blocks k0, k0 + 32, ... of row `row` (scale row m) and write their
+        scale bytes, zero for the scale columns past K, with the lane's padding word (group_rows)."""
+        for u in cutlass.range_constexpr(len(raws)):
+            k = k0 + u * WARP
+            if k < n_cols:
+                s_off = scale_offset(m, k, n_cols, True)
+                if k < k_blocks:
+                    mS[s_off] = self.quantize_raw(raws[u], gQ[(0, None), (row, k)], enc_g, inv_g)
+                else:
+                    mS[s_off] = Uint8(0)
+                if pad_word >= 0:
+                    s32[(s_off + pad_word) >> 2] = Uint32(0)
+
+    @cute.jit
+    def group_rows(self, mX: cute.Tensor, mQ: cute.Tensor, mS: cute.Tensor, mG: cute.Tensor, ends: cute.Tensor,
+                   starts: cute.Tensor, n_groups: Int32, n_cols: Int32, a: list, b: list,
+                   lane: Int32, first_warp: Int32, n_warps: Int32):
+        """Quantize every input row that belongs to a group, a warp per row (grid-stride from
+        `first_warp`, whose first stage `a` holds already).
+
+        One warp per input row of a group (grid-stride over those rows only), its lanes over the
+        row's scale columns: the row's group and scale row are found once per warp and row, not
+        once per scale byte (per-byte lookups and the slot division cost far more instructions
+        than plain `quantize`; docs/performance.md). Striding over the scale rows instead, most
+        of which are padding when groups are small, gave all the rows to the few warps whose
+        rows fall in the first rows of the 128-row blocks (G = 1024: an eighth of the warps).
+        Pipelined, the loads of one register stage are in flight while the other is quantized;
+        otherwise each step loads its blocks and then quantizes them.
+        """
+        d_lane = lane % 4  # the lane's column within its 4-column chunk (k = lane mod 32)
+        s32 = cute.make_tensor(cute.recast_ptr(mS.iterator, dtype=Uint32), cute.make_layout(cute.size(mS) // 4))
         k_blocks = mX.shape[1] // self.block
         gX = cute.zipped_divide(mX, (1, self.block))  # ((1, B), (T, K/B))
         gQ = cute.zipped_divide(mQ, (1, self.q.out_bytes))
@@ -184,22 +313,11 @@ class QuantizeGroupedKernel:
         per_group = False
         if cutlass.const_expr(mG is not None):
             per_group = mG.shape[0] > 1
-        # One warp per input row of a group (grid-stride over those rows only), its lanes over the
-        # row's scale columns: the row's group and scale row are found once per warp and row, not
-        # once per scale byte (per-byte lookups and the slot division cost far more instructions
-        # than plain `quantize`; docs/performance.md). Striding over the scale rows instead, most
-        # of which are padding when groups are small, gave all the rows to the few warps whose
-        # rows fall in the first rows of the 128-row blocks (G = 1024: an eighth of the warps).
-        warps = self.cfg.threads // WARP
-        lane = tidx % WARP
-        d_lane = lane % 4  # the lane's column within its 4-column chunk (k = lane mod 32)
-        s32 = cute.make_tensor(cute.recast_ptr(mS.iterator, dtype=Uint32), cute.make_layout(cute.size(mS) // 4))
-        in_flight = self.row_bytes_in_flight // (mX.element_type.width // 8)  # elements per lane
-        if cutlass.const_expr(mX.iterator.alignment < 16):
-            in_flight = min(in_flight, SCALAR_ELEMENTS_IN_FLIGHT)
-        unroll = max(1, in_flight // self.block)
-        n_warps = cute.arch.grid_dim()[0] * warps
-        for row in cutlass.range(bidx * warps + tidx // WARP, self.first_row(ends, n_groups), n_warps):
+        step = len(a) * WARP  # scale columns of one stage
+        for row in cutlass.range(first_warp, self.first_row(ends, n_groups), n_warps):
+            if cutlass.const_expr(self.pipelined(mX)):
+                if row != first_warp:
+                    self.load_stage(a, gX, row, lane, k_blocks)
             g = self.group_of(row, ends, n_groups)
             m = starts[skew(g)] + (row - self.first_row(ends, g))
             # The padding rows that share this row's 16-byte swizzle lines (rows m + 32, m + 64,
@@ -220,52 +338,16 @@ class QuantizeGroupedKernel:
             if cutlass.const_expr(mG is not None):
                 if per_group:
                     enc_g, inv_g = self.q.global_factors(self.global_scale_of(mG, g))
-            for k0 in cutlass.range(lane, n_cols, WARP * unroll):
-                # The loads of all `unroll` blocks are issued before the first is quantized.
-                raws = []
-                for u in cutlass.range_constexpr(unroll):
-                    k = k0 + u * WARP
-                    raw = cute.make_rmem_tensor(self.block, mX.element_type)
-                    if k < k_blocks:
-                        cute.autovec_copy(gX[(0, None), (row, k)], raw)
-                    raws.append(raw)
-                for u in cutlass.range_constexpr(unroll):
-                    k = k0 + u * WARP
-                    if k < n_cols:
-                        s_off = scale_offset(m, k, n_cols, True)
-                        if k < k_blocks:
-                            mS[s_off] = self.quantize_raw(raws[u], gQ[(0, None), (row, k)], enc_g, inv_g)
-                        else:
-                            mS[s_off] = Uint8(0)
-                        if pad_word >= 0:
-                            s32[(s_off + pad_word) >> 2] = Uint32(0)
-
-        # Padding rows (each group's rows up to its next multiple of 128, and every row after the
-        # last group) by whole chunks: a lane zeroes one 16-byte line of a chunk (rows lane,
-        # lane + 32, ... of 4 scale columns) that holds no row of data, so a warp store covers 128
-        # bytes in 4 lines, where the row loop's byte stores cover 32 bytes in 8
-        # (docs/performance.md); the padding in lines that hold data the row loop zeroed. A warp
-        # takes a whole block (each group's last, then every block after the last group) and walks
-        # its chunks: the block's bounds are found once, not once per chunk (Nsight Compute, SASS
-        # source page: per-chunk items spent 100 warp instructions each at G = 1024).
-        chunk_words = SWIZZLE_ROWS  # a 128x4 chunk of scale bytes is this many 32-bit words
-        tail_blocks = (total_rows - total) // SWIZZLE_ROWS
-        for e in cutlass.range(bidx * warps + tidx // WARP, n_groups + tail_blocks, n_warps):
-            b = total // SWIZZLE_ROWS + (e - n_groups)  # a block after the last group: all padding
-            first = Int32(0)
-            if e < n_groups:
-                # The scale row after the group's last.
-                data_end = starts[skew(e)] + (ends[skew(e)] - self.first_row(ends, e))
-                b = starts[skew(e + 1)] // SWIZZLE_ROWS - 1  # the group's last block (if it has one)
-                first = SWIZZLE_ROWS
-                if starts[skew(e + 1)] > data_end:
-                    first = data_end - b * SWIZZLE_ROWS
-            if lane >= first:  # row `lane` of the block is padding, so are the line's other rows
-                # The block's first word, then the lane's line of each chunk.
-                word = scale_offset(b * SWIZZLE_ROWS, 0, n_cols, True) // 4 + lane * 4
-                for c in cutlass.range(n_cols // 4):
-                    for j in cutlass.range_constexpr(SWIZZLE_ROWS // WARP):
-                        s32[word + c * chunk_words + j] = Uint32(0)
+            if cutlass.const_expr(self.pipelined(mX)):
+                for k0 in cutlass.range(lane, n_cols, 2 * step):
+                    self.load_stage(b, gX, row, k0 + step, k_blocks)
+                    self.store_stage(a, gQ, mS, s32, row, m, k0, k_blocks, n_cols, pad_word, enc_g, inv_g)
+                    self.load_stage(a, gX, row, k0 + 2 * step, k_blocks)
+                    self.store_stage(b, gQ, mS, s32, row, m, k0 + step, k_blocks, n_cols, pad_word, enc_g, inv_g)
+            else:
+                for k0 in cutlass.range(lane, n_cols, step):
+                    self.load_stage(a, gX, row, k0, k_blocks)
+                    self.store_stage(a, gQ, mS, s32, row, m, k0, k_blocks, n_cols, pad_word, enc_g, inv_g)
 
     @cute.jit
     def first_row(self, ends: cute.Tensor, g: Int32) -> Int32:
