@@ -36,7 +36,7 @@ import cutlass.cute as cute
 from cutlass import Float32, Int32, Uint8, Uint32
 
 from kernelforge.formats import SWIZZLE_ROWS, Format
-from kernelforge.kernels import PDL, BlockQuantizer, byte_views, enter_dependent_grid, scale_coords, scale_grid, scale_offset, widen
+from kernelforge.kernels import PDL, BlockQuantizer, byte_views, enter_dependent_grid, scale_grid, scale_offset, widen
 
 MAX_GROUPS = 1024  # groups of one `offsets` call (shared-memory tables of MAX_GROUPS + 1 entries)
 # Binary-search steps over MAX_GROUPS group ends, unrolled (a loop bounded by the actual group
@@ -73,6 +73,19 @@ SM_SHARED_BYTES = 228 * 1024  # shared memory an sm_90 SM can carve out of its L
 # NVFP4 gained on the H200; MXFP8 (192-208 registers, 2 CTAs of an SM) and misaligned input (per-
 # element loads) lost, and keep one batch of loads per step (docs/performance.md, grouped section).
 PIPELINED = ("mxfp4", "nvfp4")
+
+
+@cute.jit
+def slot_coords(off: Int32, cols: cute.FastDivmodDivisorV2, swizzled: cutlass.Constexpr[bool]):
+    """(scale row m, scale column k) of flat scale byte `off` (>= 0), as `scale_coords` computes
+    them, with `cols` dividing by the scale columns (linear) or the 128x4 chunks per chunk row."""
+    if cutlass.const_expr(swizzled):
+        chunk_row, chunk_col = divmod(off >> 9, cols)
+        w = off & 511
+        m = (chunk_row << 7) + (((w >> 2) & 3) << 5) + (w >> 4)
+        k = (chunk_col << 2) + (w & 3)
+        return m, k
+    return divmod(off, cols)
 
 
 @cute.jit
@@ -140,7 +153,6 @@ class QuantizeGroupedKernel:
         else:
             _, n_cols = scale_grid(mX.shape[0], k_blocks, True)
             total_rows = mS.shape[0]
-            n_rows = total_rows
         mQ, mS = byte_views(mQ, mS)
         threads = self.cfg.threads
         grid = (total_rows * n_cols + (threads - 1)) // threads
@@ -149,33 +161,41 @@ class QuantizeGroupedKernel:
             # writes scale_offsets), at most max_ctas.
             warps = threads // WARP
             grid = cutlass.min(cutlass.max((total_rows + (warps - 1)) // warps, 1), self.max_ctas)
-        self.kernel(mX, mOff, mQ, mS, mSO, mG, n_rows, total_rows, n_cols).launch(
+        # `experts`: each thread maps its scale slot to (expert, row, column) by multiply-high
+        # divisions with magics computed once here, as `QuantizeKernel` does; two Int32 `//` were
+        # signed divisions of about 35 instructions each ahead of every thread's loads.
+        cols, rows = None, None
+        if cutlass.const_expr(self.experts):
+            cols = cute.fast_divmod_create_divisor_v2(n_cols >> 2 if self.swizzled else n_cols)
+            rows = cute.fast_divmod_create_divisor_v2(n_rows)
+        self.kernel(mX, mOff, mQ, mS, mSO, mG, total_rows, n_cols, cols, rows).launch(
             grid=[grid, 1, 1], block=[threads, 1, 1], stream=stream, use_pdl=PDL, **self.occupancy_limits(mX)
         )
 
     @cute.kernel
     def kernel(self, mX: cute.Tensor, mOff: cute.Tensor, mQ: cute.Tensor, mS: cute.Tensor,
-               mSO: cute.Tensor, mG: cute.Tensor, n_rows: Int32, total_rows: Int32, n_cols: Int32):
+               mSO: cute.Tensor, mG: cute.Tensor, total_rows: Int32, n_cols: Int32,
+               cols: cute.FastDivmodDivisorV2, rows: cute.FastDivmodDivisorV2):
         enter_dependent_grid()
         tidx, _, _ = cute.arch.thread_idx()
         bidx, _, _ = cute.arch.block_idx()
         if cutlass.const_expr(self.experts):
-            self.expert_slots(mX, mQ, mS, mG, n_rows, total_rows, n_cols, tidx, bidx)
+            self.expert_slots(mX, mQ, mS, mG, cols, rows, total_rows, tidx, bidx)
         else:
             self.offset_slots(mX, mOff, mQ, mS, mSO, mG, total_rows, n_cols, tidx, bidx)
 
     @cute.jit
     def expert_slots(self, mX: cute.Tensor, mQ: cute.Tensor, mS: cute.Tensor, mG: cute.Tensor,
-                     n_rows: Int32, total_rows: Int32, n_cols: Int32, tidx: Int32, bidx: Int32):
+                     cols: cute.FastDivmodDivisorV2, rows: cute.FastDivmodDivisorV2, total_rows: Int32,
+                     tidx: Int32, bidx: Int32):
         """Scale byte `slot` of the stacked per-expert scale slabs: quantize or zero padding."""
         # Slots in memory order, as in `QuantizeKernel` (faster stores; docs/performance.md).
         # m: the scale row over all experts (expert e's slab
         # is rows [e*n_rows, (e+1)*n_rows), each a whole number of 128-row blocks when swizzled).
         s_off = bidx * self.cfg.threads + tidx
-        m, k = scale_coords(s_off, n_cols, self.swizzled)
+        m, k = slot_coords(s_off, cols, self.swizzled)
         if m < total_rows:
-            e = m // n_rows
-            r = m - e * n_rows
+            e, r = divmod(m, rows)
             if r < mX.shape[1] and k < mX.shape[2] // self.block:
                 gX = cute.zipped_divide(mX, (1, 1, self.block))  # ((1, 1, B), (E, N, K/B))
                 gQ = cute.zipped_divide(mQ, (1, 1, self.q.out_bytes))
