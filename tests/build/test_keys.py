@@ -225,3 +225,21 @@ def test_source_hash_is_per_op():
     assert source_hash("quantize") != source_hash("rmsnorm_quantize")
     with pytest.raises(ValueError, match="no kernel sources registered"):
         source_files("dequantize")
+
+
+def test_every_kernelforge_module_a_kernel_imports_is_hashed():
+    """A built-in op's kernel sources may import other kernelforge modules (another family's
+    kernel helper, the shared kernels): each must be among the op's hashed files, or an edit to it
+    would leave stale artifacts served."""
+    import ast
+    import importlib.util
+
+    from kernelforge.registry import builtin_families
+
+    for fam in builtin_families().values():
+        hashed = {Path(f).resolve() for f in source_files(fam.name)}
+        for src in fam.source_paths():
+            for node in ast.walk(ast.parse(Path(src).read_text())):
+                if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("kernelforge"):
+                    origin = Path(importlib.util.find_spec(node.module).origin).resolve()
+                    assert origin in hashed, f"{fam.name}: {src} imports {node.module}, which is not hashed"

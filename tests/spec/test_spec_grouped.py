@@ -59,9 +59,12 @@ def test_grouped_spec_loads_with_the_others():
 
 
 def test_sources_and_tuning_are_registered():
-    files = source_files("quantize_grouped")
-    assert files[-2:] == [f.parent / "kernel.py", f.parent / "build.py"] if (f := files[-1]) else False
-    assert files[-1].parent.name == "quantize_grouped" and "blockscale.py" in {f.name for f in files}
+    families = Path(source_files("quantize")[-1]).resolve().parent.parent
+    files = [f.resolve() for f in source_files("quantize_grouped")]
+    # Its own kernel and builder, and quantize's kernel, whose slot mapping the experts kernel uses.
+    assert files[-3:] == [families / "quantize_grouped" / "kernel.py", families / "quantize_grouped" / "build.py",
+                          families / "quantize" / "kernel.py"]
+    assert "blockscale.py" in {f.name for f in files}
     assert TUNING_AXES["quantize_grouped"] == ("threads",)
     v = load_spec(SPEC).variants[0]
     values = tuning_values("quantize_grouped", dict(v.coords))

@@ -55,7 +55,8 @@ FAMILY = OpFamily(
         (THREADS,),
         (SCALE_MODE_FITS_FORMAT, Constraint(("grouping", "layout"), _grouping_fits_layout)),
     ),
-    sources=("kernel.py", "build.py"),
+    # The experts kernel maps its scale slots with quantize's `slot_coords`: that file's bytes count too.
+    sources=("kernel.py", "build.py", "../quantize/kernel.py"),
     source_root=HERE,
     builder="kernelforge.families.quantize_grouped.build:quantize_grouped_args",
     args=("x", "group_offsets", "data", "scale", "scale_offsets", "global_scale"),

@@ -35,6 +35,7 @@ import cutlass
 import cutlass.cute as cute
 from cutlass import Float32, Int32, Uint8, Uint32
 
+from kernelforge.families.quantize.kernel import slot_coords
 from kernelforge.formats import SWIZZLE_ROWS, Format
 from kernelforge.kernels import PDL, BlockQuantizer, byte_views, enter_dependent_grid, scale_grid, scale_offset, widen
 
@@ -73,19 +74,6 @@ SM_SHARED_BYTES = 228 * 1024  # shared memory an sm_90 SM can carve out of its L
 # NVFP4 gained on the H200; MXFP8 (192-208 registers, 2 CTAs of an SM) and misaligned input (per-
 # element loads) lost, and keep one batch of loads per step (docs/performance.md, grouped section).
 PIPELINED = ("mxfp4", "nvfp4")
-
-
-@cute.jit
-def slot_coords(off: Int32, cols: cute.FastDivmodDivisorV2, swizzled: cutlass.Constexpr[bool]):
-    """(scale row m, scale column k) of flat scale byte `off` (>= 0), as `scale_coords` computes
-    them, with `cols` dividing by the scale columns (linear) or the 128x4 chunks per chunk row."""
-    if cutlass.const_expr(swizzled):
-        chunk_row, chunk_col = divmod(off >> 9, cols)
-        w = off & 511
-        m = (chunk_row << 7) + (((w >> 2) & 3) << 5) + (w >> 4)
-        k = (chunk_col << 2) + (w & 3)
-        return m, k
-    return divmod(off, cols)
 
 
 @cute.jit
