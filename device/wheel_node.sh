@@ -9,8 +9,10 @@ REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 OUT="${OUT:-/tmp/kf-out}"; mkdir -p "$OUT"
 
 install_wheels() {  # install_wheels WHEEL_DIR SITE: the wheels and .carry/deps into a fresh bare target
+  local wheels="$1"  # a relative WHEEL_DIR is of the repository root (the working directory is /tmp)
+  [[ "$wheels" = /* ]] || wheels="$REPO/$wheels"
   rm -rf "$2"
-  python3 -m pip install -q --no-index --no-deps --no-cache-dir --target "$2" "$REPO"/.carry/deps/*.whl "$1"/*.whl
+  python3 -m pip install -q --no-index --no-deps --no-cache-dir --target "$2" "$REPO"/.carry/deps/*.whl "$wheels"/*.whl
 }
 
 cd /tmp
