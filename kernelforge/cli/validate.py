@@ -25,7 +25,7 @@ from ..cache import CacheStore
 from ..cache.maintenance.verification import verify_layer
 from ..cache.read.layers import EXPLICIT_SOURCES, Layer, present_layers
 from ..config import gpu_test_dirs
-from ..runtime.arch import arch_runs_on
+from ..runtime.arch import arch_runs_on, arch_specific
 from ._pytest_outcomes import OUTCOMES_ENV
 
 CHECKOUT = Path(__file__).resolve().parents[2]
@@ -50,7 +50,7 @@ class Gpu:
     @property
     def arch(self) -> str:
         """The arch-specific target of this device (e.g. sm_90a)."""
-        return f"sm_{self.capability[0]}{self.capability[1]}a"
+        return arch_specific(self.capability)
 
 
 @dataclass(frozen=True)

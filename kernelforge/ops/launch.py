@@ -8,6 +8,7 @@ from typing import Callable, Optional
 import torch
 
 from ..cache.read.layers import resolve_layers
+from ..runtime.arch import arch_specific
 from ..runtime.dispatch import DispatchTable
 from ..runtime.tuning import m_bucket
 from . import fast_path
@@ -66,8 +67,7 @@ def staging_rule(dev: int) -> "dict[str, int | None] | None":
     table = dispatch_table()
     memo = (dev, table)
     if memo not in _staging:
-        cap = device_capability(dev)
-        _staging[memo] = table.staging_rule(device_name(dev), f"sm_{cap[0]}{cap[1]}a")
+        _staging[memo] = table.staging_rule(device_name(dev), arch_specific(device_capability(dev)))
     return _staging[memo]
 
 

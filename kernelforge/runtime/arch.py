@@ -6,6 +6,12 @@ import re
 _ARCH_RE = re.compile(r"sm_(\d+)(\d)([af]?)$")
 
 
+def arch_specific(capability: tuple[int, int]) -> str:
+    """The arch-specific target of a device of `capability` (e.g. sm_90a): what its exact builds
+    and tuning tables are named by."""
+    return f"sm_{capability[0]}{capability[1]}a"
+
+
 def arch_runs_on(arch: str, capability: tuple[int, int]) -> int:
     """Preference (> 0) of `arch` on a device of `capability`; 0 when it cannot run there.
 

@@ -22,7 +22,7 @@ import torch
 
 from ..formats import FORMATS
 from ..registry import OpFamily, families, get_family
-from ..runtime.arch import arch_runs_on
+from ..runtime.arch import arch_runs_on, arch_specific
 from ..runtime.dispatch import Candidate, DispatchTable
 from ..runtime.tuning import BUCKET_SAMPLE_M, M_BUCKETS, SCHEMA, heuristic_rank, tuning_values
 from ..sources import source_hash
@@ -181,7 +181,7 @@ def tune(root: Path, device_label: str | None = None, only: str = "*",
     # The toolchain of the builds timed, when there was exactly one (the schema's toolchain_id is
     # a non-empty string or absent).
     toolchain = {"toolchain_id": next(iter(toolchains))} if len(toolchains) == 1 and "" not in toolchains else {}
-    return {"schema": SCHEMA, "device": device, "arch": next(iter(archs), f"sm_{cap[0]}{cap[1]}a"),
+    return {"schema": SCHEMA, "device": device, "arch": next(iter(archs), arch_specific(cap)),
             "created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
             **toolchain,
             "m_buckets": list(M_BUCKETS), "bucket_sample_m": list(BUCKET_SAMPLE_M),
