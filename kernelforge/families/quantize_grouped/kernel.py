@@ -74,6 +74,10 @@ SM_SHARED_BYTES = 228 * 1024  # shared memory an sm_90 SM can carve out of its L
 # NVFP4 gained on the H200; MXFP8 (192-208 registers, 2 CTAs of an SM) and misaligned input (per-
 # element loads) lost, and keep one batch of loads per step (docs/performance.md, grouped section).
 PIPELINED = ("mxfp4", "nvfp4")
+# Register stages of a warp's first row that are loaded before the group tables are built, per
+# pipelined format: NVFP4 gained with both in flight during the build, MXFP4 (119 registers) lost
+# (docs/performance.md, grouped section).
+FIRST_ROW_STAGES = {"mxfp4": 1, "nvfp4": 2}
 
 
 @cute.jit
@@ -211,14 +215,16 @@ class QuantizeGroupedKernel:
         gX = cute.zipped_divide(mX, (1, self.block))  # ((1, B), (T, K/B))
         # The row loop's register stages of input blocks (group_rows; the second unused unless
         # pipelined). The warp's first row is known before the group tables are: when pipelined,
-        # its first stage is loaded now, so that the loads are in flight while the CTA reads the
-        # offsets and builds the tables, not after.
+        # its first FIRST_ROW_STAGES stages are loaded now, so that the loads are in flight while
+        # the CTA reads the offsets and builds the tables, not after.
         stage = self.stage_blocks(mX)
         stage_a = [cute.make_rmem_tensor(self.block, mX.element_type) for _ in range(stage)]
         stage_b = [cute.make_rmem_tensor(self.block, mX.element_type) for _ in range(stage)]
         if cutlass.const_expr(self.pipelined(mX)):
             if first_warp < t_rows:
                 self.load_stage(stage_a, gX, first_warp, lane, k_blocks)
+                if cutlass.const_expr(self.first_row_stages(mX) == 2):
+                    self.load_stage(stage_b, gX, first_warp, lane + stage * WARP, k_blocks)
         for i in cutlass.range(tidx, n_groups, self.cfg.threads):
             ends[skew(i)] = mOff[i]  # the raw offsets, coalesced; group_table clamps them in place
         cute.arch.sync_threads()
@@ -261,6 +267,10 @@ class QuantizeGroupedKernel:
         """Whether the row loop runs two register stages (PIPELINED formats on aligned input)."""
         return self.cfg.fmt.name in PIPELINED and mX.iterator.alignment >= 16
 
+    def first_row_stages(self, mX: cute.Tensor) -> int:
+        """Register stages of the warp's first row loaded before the group tables (0 unpipelined)."""
+        return FIRST_ROW_STAGES[self.cfg.fmt.name] if self.pipelined(mX) else 0
+
     def stage_blocks(self, mX: cute.Tensor) -> int:
         """Input blocks of a row that each lane loads per register stage: the format's
         ROW_BYTES_IN_FLIGHT (SCALAR_ELEMENTS_IN_FLIGHT elements without 16-byte alignment),
@@ -299,7 +309,7 @@ class QuantizeGroupedKernel:
                    starts: cute.Tensor, n_groups: Int32, n_cols: Int32, a: list, b: list,
                    lane: Int32, first_warp: Int32, n_warps: Int32):
         """Quantize every input row that belongs to a group, a warp per row (grid-stride from
-        `first_warp`, whose first stage `a` holds already).
+        `first_warp`, whose first stages, FIRST_ROW_STAGES of them, hold already when pipelined).
 
         One warp per input row of a group (grid-stride over those rows only), its lanes over the
         row's scale columns: the row's group and scale row are found once per warp and row, not
@@ -348,7 +358,11 @@ class QuantizeGroupedKernel:
                     enc_g, inv_g = self.q.global_factors(self.global_scale_of(mG, g))
             if cutlass.const_expr(self.pipelined(mX)):
                 for k0 in cutlass.range(lane, n_cols, 2 * step):
-                    self.load_stage(b, gX, row, k0 + step, k_blocks)
+                    if cutlass.const_expr(self.first_row_stages(mX) == 2):
+                        if row != first_warp or k0 != lane:  # the first row's first `b` is loaded
+                            self.load_stage(b, gX, row, k0 + step, k_blocks)
+                    else:
+                        self.load_stage(b, gX, row, k0 + step, k_blocks)
                     self.store_stage(a, gQ, mS, s32, row, m, k0, k_blocks, n_cols, pad_word, enc_g, inv_g)
                     self.load_stage(a, gX, row, k0 + 2 * step, k_blocks)
                     self.store_stage(b, gQ, mS, s32, row, m, k0 + step, k_blocks, n_cols, pad_word, enc_g, inv_g)
