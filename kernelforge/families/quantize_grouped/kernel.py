@@ -213,13 +213,13 @@ class QuantizeGroupedKernel:
         n_warps = cute.arch.grid_dim()[0] * warps
         k_blocks = mX.shape[1] // self.block
         gX = cute.zipped_divide(mX, (1, self.block))  # ((1, B), (T, K/B))
-        # The row loop's register stages of input blocks (group_rows; the second unused unless
+        # The row loop's register stages of input blocks (group_rows; the second only when
         # pipelined). The warp's first row is known before the group tables are: when pipelined,
         # its first FIRST_ROW_STAGES stages are loaded now, so that the loads are in flight while
         # the CTA reads the offsets and builds the tables, not after.
         stage = self.stage_blocks(mX)
         stage_a = [cute.make_rmem_tensor(self.block, mX.element_type) for _ in range(stage)]
-        stage_b = [cute.make_rmem_tensor(self.block, mX.element_type) for _ in range(stage)]
+        stage_b = [cute.make_rmem_tensor(self.block, mX.element_type) for _ in range(stage if self.pipelined(mX) else 0)]
         if cutlass.const_expr(self.pipelined(mX)):
             if first_warp < t_rows:
                 self.load_stage(stage_a, gX, first_warp, lane, k_blocks)
@@ -232,8 +232,9 @@ class QuantizeGroupedKernel:
         cute.arch.sync_threads()
 
         total = starts[skew(n_groups)]
-        self.group_rows(mX, mQ, mS, mG, ends, starts, n_groups, n_cols, stage_a, stage_b, lane, first_warp,
-                        n_warps)
+        s32 = cute.make_tensor(cute.recast_ptr(mS.iterator, dtype=Uint32), cute.make_layout(cute.size(mS) // 4))
+        self.group_rows(mX, gX, mQ, mS, s32, mG, ends, starts, n_groups, n_cols, k_blocks, stage_a, stage_b, lane,
+                        first_warp, n_warps)
 
         # Padding rows (each group's rows up to its next multiple of 128, and every row after the
         # last group) by whole chunks: a lane zeroes one 16-byte line of a chunk (rows lane,
@@ -245,7 +246,6 @@ class QuantizeGroupedKernel:
         # source page: per-chunk items spent 100 warp instructions each at G = 1024).
         chunk_words = SWIZZLE_ROWS  # a 128x4 chunk of scale bytes is this many 32-bit words
         tail_blocks = (total_rows - total) // SWIZZLE_ROWS
-        s32 = cute.make_tensor(cute.recast_ptr(mS.iterator, dtype=Uint32), cute.make_layout(cute.size(mS) // 4))
         for e in cutlass.range(first_warp, n_groups + tail_blocks, n_warps):
             b = total // SWIZZLE_ROWS + (e - n_groups)  # a block after the last group: all padding
             first = Int32(0)
@@ -305,9 +305,9 @@ class QuantizeGroupedKernel:
                     s32[(s_off + pad_word) >> 2] = Uint32(0)
 
     @cute.jit
-    def group_rows(self, mX: cute.Tensor, mQ: cute.Tensor, mS: cute.Tensor, mG: cute.Tensor, ends: cute.Tensor,
-                   starts: cute.Tensor, n_groups: Int32, n_cols: Int32, a: list, b: list,
-                   lane: Int32, first_warp: Int32, n_warps: Int32):
+    def group_rows(self, mX: cute.Tensor, gX: cute.Tensor, mQ: cute.Tensor, mS: cute.Tensor, s32: cute.Tensor,
+                   mG: cute.Tensor, ends: cute.Tensor, starts: cute.Tensor, n_groups: Int32, n_cols: Int32,
+                   k_blocks: Int32, a: list, b: list, lane: Int32, first_warp: Int32, n_warps: Int32):
         """Quantize every input row that belongs to a group, a warp per row (grid-stride from
         `first_warp`, whose first stages, FIRST_ROW_STAGES of them, hold already when pipelined).
 
@@ -321,9 +321,6 @@ class QuantizeGroupedKernel:
         otherwise each step loads its blocks and then quantizes them.
         """
         d_lane = lane % 4  # the lane's column within its 4-column chunk (k = lane mod 32)
-        s32 = cute.make_tensor(cute.recast_ptr(mS.iterator, dtype=Uint32), cute.make_layout(cute.size(mS) // 4))
-        k_blocks = mX.shape[1] // self.block
-        gX = cute.zipped_divide(mX, (1, self.block))  # ((1, B), (T, K/B))
         gQ = cute.zipped_divide(mQ, (1, self.q.out_bytes))
         # One NVFP4 global scale for every group (the common case): its factors once per thread,
         # not per block (a correctly rounded reciprocal costs about as much as a block's elements).
