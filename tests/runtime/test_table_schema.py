@@ -45,6 +45,10 @@ def _bad_tables() -> list[tuple[str, dict, str]]:
          choices={GROUP: {"h8k": [{"elements": 64}, [64], None]}})
     case("value-an-object", f'choices["{GROUP}"]["h8k"][0]["elements"]: expected a string, number or boolean',
          choices={GROUP: {"h8k": [{"elements": {"n": 64}}]}})
+    case("axis-empty", f'choices["{GROUP}"]["h8k"][1]: expected an object with non-empty string keys',
+         choices={GROUP: {"h8k": [{"elements": 64}, {"": 64, "elements": [64]}]}})
+    case("second-class-value", f'choices["{GROUP}"]["h4k"][2]["elements"]: expected a string, number or boolean',
+         choices={GROUP: {"h8k": [{"elements": 64}] * 3, "h4k": [None, {"elements": 64}, {"elements": None}]}})
     case("too-many-buckets", f'choices["{GROUP}"]["h8k"]: expected a list of at most 3',
          choices={GROUP: {"h8k": [{"elements": 64}] * 4}})
     case("group-not-a-group", 'choices["rmsnorm"]: expected a dispatch group key', choices={"rmsnorm": {}})

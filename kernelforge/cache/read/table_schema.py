@@ -85,6 +85,44 @@ def _object(value: Any, path: str) -> dict:
     return value
 
 
+def _plain_object(value: Any) -> bool:
+    """Whether `_object` accepts `value`."""
+    return isinstance(value, dict) and all(isinstance(k, str) and k for k in value)
+
+
+def _plain_choices(per_bucket: list) -> bool:
+    """Whether `_choices` accepts the choices of one K-class."""
+    for values in per_bucket:
+        if values is None:
+            continue
+        if not isinstance(values, dict):
+            return False
+        for axis, value in values.items():
+            if not isinstance(axis, str) or not axis or not isinstance(value, (str, int, float)):  # bool is an int
+                return False
+    return True
+
+
+def _group(group: str, per_class: Any) -> None:
+    """Raise TableSchemaError for a group of `choices` whose key or value is wrong."""
+    gpath = _key("choices", group)
+    if "|" not in group:
+        raise TableSchemaError(f"{gpath}: expected a dispatch group key of the form 'op|axis=value,...'")
+    _object(per_class, gpath)
+
+
+def _choices(per_bucket: list, kpath: str) -> None:
+    """Raise TableSchemaError naming the first key path that is wrong in the choices of one
+    K-class: each null or an object of tuning axis -> string, number or boolean."""
+    for i, values in enumerate(per_bucket):
+        if values is None:
+            continue
+        vpath = f"{kpath}[{i}]"
+        for axis, value in _object(values, vpath).items():
+            if not isinstance(value, (str, int, float)):  # bool is an int
+                raise _fail(_key(vpath, axis), "a string, number or boolean (a tuning axis value)", value)
+
+
 def validate_table(data: Any) -> None:
     """Raise TableSchemaError (a ValueError) naming the first key path of `data` that is not a
     tuning table's (see the module docstring); return None for a valid table."""
@@ -108,21 +146,17 @@ def validate_table(data: Any) -> None:
         if not isinstance(digest, str):
             raise _fail(_key("sources", op), "a string (the op's kernel source hash)", digest)
     buckets = len(M_BUCKETS) + 1
+    # The runtime validates a whole table on its first call: the key paths of the messages are
+    # built only for the group or K-class that fails (`_group`, `_choices`), checked in the same order.
     for group, per_class in _object(data["choices"], "choices").items():
-        gpath = _key("choices", group)
-        if "|" not in group:
-            raise TableSchemaError(f"{gpath}: expected a dispatch group key of the form 'op|axis=value,...'")
-        for kclass, per_bucket in _object(per_class, gpath).items():
-            kpath = _key(gpath, kclass)
+        if "|" not in group or not _plain_object(per_class):
+            _group(group, per_class)
+        for kclass, per_bucket in per_class.items():
             if not isinstance(per_bucket, list) or len(per_bucket) > buckets:
-                raise _fail(kpath, f"a list of at most {buckets} choices (one per M bucket)", per_bucket)
-            for i, values in enumerate(per_bucket):
-                if values is None:
-                    continue
-                vpath = f"{kpath}[{i}]"
-                for axis, value in _object(values, vpath).items():
-                    if not isinstance(value, (str, int, float)):  # bool is an int
-                        raise _fail(_key(vpath, axis), "a string, number or boolean (a tuning axis value)", value)
+                raise _fail(_key(_key("choices", group), kclass), f"a list of at most {buckets} choices (one per "
+                            "M bucket)", per_bucket)
+            if not _plain_choices(per_bucket):
+                _choices(per_bucket, _key(_key("choices", group), kclass))
     if "bucket_sample_m" in data and (not isinstance(data["bucket_sample_m"], list) or not all(
             isinstance(m, int) and not isinstance(m, bool) for m in data["bucket_sample_m"])):
         raise _fail("bucket_sample_m", "a list of integers", data["bucket_sample_m"])
