@@ -33,7 +33,9 @@ from dataclasses import dataclass
 import cuda.bindings.driver as cuda
 import cutlass
 import cutlass.cute as cute
-from cutlass import Float32, Int32, Uint8, Uint32
+from cutlass import Float32, Int32, Int64, Uint8, Uint32
+from cutlass._mlir.dialects import llvm
+from cutlass.cutlass_dsl import dsl_user_op
 
 from kernelforge.families.quantize.kernel import slot_coords
 from kernelforge.formats import SWIZZLE_ROWS, Format
@@ -78,6 +80,16 @@ PIPELINED = ("mxfp4", "nvfp4")
 # pipelined format: NVFP4 gained with both in flight during the build, MXFP4 (119 registers) lost
 # (docs/performance.md, grouped section).
 FIRST_ROW_STAGES = {"mxfp4": 1, "nvfp4": 2}
+
+
+@dsl_user_op
+def zero_line(addr: Int64, zero: Int32, *, loc=None, ip=None) -> None:
+    """Store `zero` (0) to the four 32-bit words at global address `addr` (16-byte aligned) in
+    one 16-byte store."""
+    llvm.inline_asm(
+        None, [Int64(addr).ir_value(loc=loc, ip=ip), Int32(zero).ir_value(loc=loc, ip=ip)],
+        "st.global.v4.b32 [$0], {$1, $1, $1, $1};", "l,r",
+        has_side_effects=True, is_align_stack=False, asm_dialect=llvm.AsmDialect.AD_ATT, loc=loc, ip=ip)
 
 
 @cute.jit
@@ -246,6 +258,12 @@ class QuantizeGroupedKernel:
         # source page: per-chunk items spent 100 warp instructions each at G = 1024).
         chunk_words = SWIZZLE_ROWS  # a 128x4 chunk of scale bytes is this many 32-bit words
         tail_blocks = (total_rows - total) // SWIZZLE_ROWS
+        # A lane's line is 16 contiguous bytes: one 16-byte store where the scale matrix starts on
+        # a 16-byte boundary (every torch allocation does), else four word stores. Word stores
+        # 16 bytes apart leave each 32-byte sector a quarter written per warp store, and most of
+        # the scale matrix is this padding when groups are small.
+        s_base = mS.iterator.toint()
+        lines = (s_base & 15) == 0
         for e in cutlass.range(first_warp, n_groups + tail_blocks, n_warps):
             b = total // SWIZZLE_ROWS + (e - n_groups)  # a block after the last group: all padding
             first = Int32(0)
@@ -259,9 +277,13 @@ class QuantizeGroupedKernel:
             if lane >= first:  # row `lane` of the block is padding, so are the line's other rows
                 # The block's first word, then the lane's line of each chunk.
                 word = scale_offset(b * SWIZZLE_ROWS, 0, n_cols, True) // 4 + lane * 4
-                for c in cutlass.range(n_cols // 4):
-                    for j in cutlass.range_constexpr(SWIZZLE_ROWS // WARP):
-                        s32[word + c * chunk_words + j] = Uint32(0)
+                if lines:
+                    for c in cutlass.range(n_cols // 4):
+                        zero_line(s_base + Int64(word + c * chunk_words) * 4, Int32(0))
+                else:
+                    for c in cutlass.range(n_cols // 4):
+                        for j in cutlass.range_constexpr(SWIZZLE_ROWS // WARP):
+                            s32[word + c * chunk_words + j] = Uint32(0)
 
     def pipelined(self, mX: cute.Tensor) -> bool:
         """Whether the row loop runs two register stages (PIPELINED formats on aligned input)."""

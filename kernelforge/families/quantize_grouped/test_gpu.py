@@ -17,6 +17,7 @@ from kernelforge.families.quantize_grouped.reference import quantize_experts_ref
 from kernelforge.formats import FORMATS
 from kernelforge.ops import launch
 from kernelforge.runtime.arch import arch_runs_on
+from kernelforge.testing.inputs import POISON_BYTE
 
 pytestmark = pytest.mark.gpu
 
@@ -64,13 +65,27 @@ def _same(what: str, got: torch.Tensor, want: torch.Tensor) -> None:
     assert bad.numel() == 0, f"{what}: {bad.shape[0]} bytes differ, first at {bad[:4].tolist()}"
 
 
-def _outs(d_shape, s_shape, fmt: str, poison, groups: int | None = None):
+def _outs(d_shape, s_shape, fmt: str, poison, groups: int | None = None, scale_shift: int = 0):
+    """Poisoned out buffers; the scale matrix starts `scale_shift` bytes into its allocation,
+    which has 16 poisoned bytes after it as well (see `_untouched_around`)."""
     f = FORMATS[fmt]
     data = poison(torch.empty(d_shape, dtype=getattr(torch, f.data_dtype), device="cuda"))
-    scale = poison(torch.empty(s_shape, dtype=getattr(torch, f.scale_dtype), device="cuda"))
+    n = torch.Size(s_shape).numel()
+    raw = poison(torch.empty(scale_shift + n + 16, dtype=torch.uint8, device="cuda"))
+    scale = raw[scale_shift: scale_shift + n].view(getattr(torch, f.scale_dtype)).view(s_shape)
     if groups is None:
         return data, scale
     return data, scale, poison(torch.empty(groups, dtype=torch.int32, device="cuda"))
+
+
+def _untouched_around(what: str, scale: torch.Tensor, shift: int) -> None:
+    """The `shift` bytes before the scale matrix in its allocation and the 16 after it (`_outs`)
+    still hold the poison."""
+    whole = torch.empty(0, dtype=torch.uint8, device="cuda").set_(scale.untyped_storage())
+    n = scale.numel()
+    around = torch.cat([whole[:shift], whole[shift + n:]])
+    assert around.numel() == shift + 16 and bool((around == POISON_BYTE).all()), \
+        f"{what}: bytes around the scale matrix were written"
 
 
 def _check_experts(w, fmt, mode, layout, g, poison, tag=""):
@@ -85,15 +100,16 @@ def _check_experts(w, fmt, mode, layout, g, poison, tag=""):
     _same(name + " data", _bytes(data), rd)
 
 
-def _check_grouped(x, ends, fmt, mode, g, poison, tag=""):
+def _check_grouped(x, ends, fmt, mode, g, poison, tag="", scale_shift=0):
     f = FORMATS[fmt]
     groups = ends.shape[0]
     d_shape, s_shape = grouped_shapes(f, x.shape[0], x.shape[1], groups)
-    out = _outs(d_shape, s_shape, fmt, poison, groups)
+    out = _outs(d_shape, s_shape, fmt, poison, groups, scale_shift)
     data, scale, offs = kernelforge.quantize_grouped(x, ends, fmt, global_scale=g, out=out, **_mode_kw(mode))
     assert data is out[0] and scale is out[1] and offs is out[2]
     rd, rs, ro = quantize_grouped_ref(x, ends, fmt, scale_mode=_ref_mode(mode), global_scale=g)
     name = f"grouped {fmt}/{mode} {tuple(x.shape)} G={groups} {x.dtype} g={None if g is None else g.numel()}{tag}"
+    _untouched_around(name, scale, scale_shift)
     _same(name + " scale_offsets", offs, ro)
     _same(name + " scale", _bytes(scale), rs)
     _same(name + " data", _bytes(data), rd)
@@ -202,6 +218,8 @@ def test_grouped_strided_and_misaligned(fmt, mode, poison):
     base = _random(t, 12 * b + 8, dtype=torch.bfloat16)
     for x, tag in ((base[:, : 8 * b], " row-strided"), (base[:, 8: 8 + 8 * b], " misaligned")):
         _check_grouped(x, ends, fmt, mode, None, poison, tag)
+    # A scale matrix on a 4-byte but not 16-byte boundary: the padding is zeroed by words, not lines.
+    _check_grouped(base[:, : 8 * b], ends, fmt, mode, None, poison, " scale 4 bytes off", scale_shift=4)
 
 
 @pytest.mark.parametrize("fmt,mode", [("mxfp8", "floor"), ("nvfp4", "none")])
