@@ -351,8 +351,10 @@ class QuantizeGroupedKernel:
         if cutlass.const_expr(mG is not None):
             per_group = mG.shape[0] > 1
         step = len(a) * WARP  # scale columns of one stage
-        rows_end = self.first_row(ends, n_groups)
-        for row in cutlass.range(first_warp, rows_end, n_warps):
+        for row in cutlass.range(first_warp, self.first_row(ends, n_groups), n_warps):
+            if cutlass.const_expr(self.pipelined(mX)):
+                if row != first_warp:
+                    self.load_stage(a, gX, row, lane, k_blocks)
             g = self.group_of(row, ends, n_groups)
             m = starts[skew(g)] + (row - self.first_row(ends, g))
             # The padding rows that share this row's 16-byte swizzle lines (rows m + 32, m + 64,
@@ -381,12 +383,7 @@ class QuantizeGroupedKernel:
                     else:
                         self.load_stage(b, gX, row, k0 + step, k_blocks)
                     self.store_stage(a, gQ, mS, s32, row, m, k0, k_blocks, n_cols, pad_word, enc_g, inv_g)
-                    # The lane's last step of the row loads the first stage of the warp's next row,
-                    # so that its loads are in flight while this row's last stage is quantized.
-                    if k0 + 2 * step < n_cols:
-                        self.load_stage(a, gX, row, k0 + 2 * step, k_blocks)
-                    elif row + n_warps < rows_end:
-                        self.load_stage(a, gX, row + n_warps, lane, k_blocks)
+                    self.load_stage(a, gX, row, k0 + 2 * step, k_blocks)
                     self.store_stage(b, gQ, mS, s32, row, m, k0 + step, k_blocks, n_cols, pad_word, enc_g, inv_g)
             else:
                 for k0 in cutlass.range(lane, n_cols, step):
