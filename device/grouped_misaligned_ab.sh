@@ -33,18 +33,7 @@ for round in 1 2 3; do
     PYTHONPATH="/tmp/site-$(basename "$r")" python3 -c "$CHILD" "$REPO/benchmarks" | sed "s|^|$(basename "$r") |"
   done
 done | tee "$OUT/misaligned_ab.log"
-python3 - "$OUT/misaligned_ab.log" <<'PY'
-import json, statistics, sys
-rows = {}
-for line in open(sys.argv[1]):
-    name, data = line.split(" ", 1)
-    for case, us in json.loads(data).items():
-        rows.setdefault(case, {}).setdefault(name, []).append(us)
-names = list(next(iter(rows.values())))
-print("| case (G = 64, 16384x7168, misaligned) | " + " | ".join(f"{n} us" for n in names) + " |")
-for case, per in rows.items():
-    print(f"| {case} | " + " | ".join(f"{statistics.median(per[n]):.1f}" for n in names) + " |")
-PY
+python3 "$REPO/benchmarks/release_medians.py" "$OUT/misaligned_ab.log" "case (G = 64, 16384x7168, misaligned)"
 for r in "${releases[@]:1}"; do
   site="/tmp/site-$(basename "$r")"
   PYTHONPATH="$site" python3 -m pytest -q -p no:cacheprovider "$site/kernelforge/families/quantize_grouped/test_gpu.py" \

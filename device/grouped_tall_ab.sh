@@ -38,16 +38,5 @@ for round in 1 2 3; do
     PYTHONPATH="/tmp/site-$(basename "$r")" python3 -c "$CHILD" "$REPO/benchmarks" "${KF_T:-65536}" | sed "s|^|$(basename "$r") |"
   done
 done | tee "$OUT/tall_ab.log"
-python3 - "$OUT/tall_ab.log" "${KF_T:-65536}" <<'PY'
-import json, statistics, sys
-rows = {}
-for line in open(sys.argv[1]):
-    name, data = line.split(" ", 1)
-    for case, us in json.loads(data).items():
-        rows.setdefault(case, {}).setdefault(name, []).append(us)
-names = list(next(iter(rows.values())))
-print(f"| case ({sys.argv[2]}x7168 bf16, aligned) | " + " | ".join(f"{n} us" for n in names) + " |")
-for case, per in rows.items():
-    print(f"| {case} | " + " | ".join(f"{statistics.median(per[n]):.1f}" for n in names) + " |")
-PY
+python3 "$REPO/benchmarks/release_medians.py" "$OUT/tall_ab.log" "case (${KF_T:-65536}x7168 bf16, aligned)"
 exit "$rc"
